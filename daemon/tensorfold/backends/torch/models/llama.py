@@ -1,0 +1,136 @@
+"""The Llama family: Llama 2/3, SmolLM2, Qwen2/2.5 (q/k/v biases)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from ..kernels import apply_rope, causal_attention, linear, rms_norm, rope_tables
+from ..kv import Segment
+
+ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelArgs:
+    hidden_size: int
+    intermediate_size: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab_size: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_positions: int
+    tie_word_embeddings: bool
+    qkv_bias: bool
+    rope_scaling: dict | None
+
+    @classmethod
+    def from_config(cls, c: dict) -> "ModelArgs":
+        rope = c.get("rope_parameters") or {}
+        scaling = c.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
+        heads = c["num_attention_heads"]
+        return cls(
+            hidden_size=c["hidden_size"],
+            intermediate_size=c["intermediate_size"],
+            layers=c["num_hidden_layers"],
+            heads=heads,
+            kv_heads=c.get("num_key_value_heads") or heads,
+            head_dim=c.get("head_dim") or c["hidden_size"] // heads,
+            vocab_size=c["vocab_size"],
+            rms_norm_eps=c.get("rms_norm_eps", 1e-6),
+            rope_theta=c.get("rope_theta") or rope.get("rope_theta", 10000.0),
+            max_positions=c.get("max_position_embeddings", 4096),
+            tie_word_embeddings=c.get("tie_word_embeddings", False),
+            qkv_bias=c.get("attention_bias", False) or c["architectures"][0] == "Qwen2ForCausalLM",
+            rope_scaling=scaling,
+        )
+
+
+def inverse_frequencies(args: ModelArgs) -> torch.Tensor:
+    dim = args.head_dim
+    inv = 1.0 / (args.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    s = args.rope_scaling
+    if not s or s.get("rope_type", s.get("type")) in (None, "default"):
+        return inv
+    if s.get("rope_type", s.get("type")) != "llama3":
+        raise ValueError(f"unsupported rope scaling {s!r}")
+    factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+    old = s["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    smooth = (old / wavelen - low) / (high - low)
+    scaled = torch.where(wavelen > old / low, inv / factor, inv)
+    mid = (wavelen <= old / low) & (wavelen >= old / high)
+    return torch.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
+
+
+class Layer:
+    def __init__(self, w: dict[str, torch.Tensor], prefix: str, args: ModelArgs) -> None:
+        a = prefix + "self_attn."
+        self.q, self.k, self.v, self.o = (w[a + n + "_proj.weight"] for n in "qkvo")
+        self.q_bias, self.k_bias, self.v_bias = (w.get(a + n + "_proj.bias") for n in "qkv")
+        m = prefix + "mlp."
+        self.gate, self.up, self.down = (w[m + n + "_proj.weight"] for n in ("gate", "up", "down"))
+        self.attn_norm = w[prefix + "input_layernorm.weight"]
+        self.mlp_norm = w[prefix + "post_attention_layernorm.weight"]
+        self.args = args
+
+    def project_qkv(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        a = self.args
+        q = linear(h, self.q, self.q_bias).view(-1, a.heads, a.head_dim).transpose(0, 1)
+        k = linear(h, self.k, self.k_bias).view(-1, a.kv_heads, a.head_dim).transpose(0, 1)
+        v = linear(h, self.v, self.v_bias).view(-1, a.kv_heads, a.head_dim).transpose(0, 1)
+        return q, k, v
+
+    def forward(self, x: torch.Tensor, layer: int, segments: list[Segment],
+                cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        a = self.args
+        h = rms_norm(x, self.attn_norm, a.rms_norm_eps)                    # [rows, hidden]
+        q, k, v = self.project_qkv(h)                                      # [heads, rows, hd]
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        outs, row = [], 0
+        for seg in segments:
+            end = seg.start + seg.rows
+            seg.kv.k[layer, :, seg.start:end] = k[:, row:row + seg.rows]
+            seg.kv.v[layer, :, seg.start:end] = v[:, row:row + seg.rows]
+            outs.append(causal_attention(q[:, row:row + seg.rows], seg.kv.k[layer, :, :end],
+                                         seg.kv.v[layer, :, :end], seg.start))
+            row += seg.rows
+        x = x + linear(torch.cat(outs) if len(outs) > 1 else outs[0], self.o)
+        h = rms_norm(x, self.mlp_norm, a.rms_norm_eps)
+        mlp = torch.nn.functional.silu(linear(h, self.gate)) * linear(h, self.up)
+        return x + linear(mlp, self.down)
+
+
+class Model:
+    """Weights as plain tensors; `forward` runs one batch of segments."""
+
+    layer_class = Layer
+
+    def __init__(self, args: ModelArgs, weights: Iterable[tuple[str, torch.Tensor]],
+                 dtype: torch.dtype, device: torch.device) -> None:
+        w = {name: t.to(device=device, dtype=dtype) for name, t in weights}
+        self.args, self.dtype, self.device = args, dtype, device
+        self.embed = w["model.embed_tokens.weight"]
+        self.norm = w["model.norm.weight"]
+        self.lm_head = self.embed if args.tie_word_embeddings or "lm_head.weight" not in w else w["lm_head.weight"]
+        self.layers = [self.layer_class(w, f"model.layers.{i}.", args) for i in range(args.layers)]
+        self.cos, self.sin = (t.to(device) for t in rope_tables(inverse_frequencies(args), args.max_positions))
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, segments: list[Segment], out_rows: torch.Tensor) -> torch.Tensor:
+        """tokens [rows] over `segments` in order -> fp32 logits [len(out_rows), vocab]."""
+        positions = torch.cat([torch.arange(s.start, s.start + s.rows) for s in segments]).to(self.device)
+        cos, sin = self.cos[positions], self.sin[positions]
+        x = self.embed[tokens]
+        for i, layer in enumerate(self.layers):
+            x = layer.forward(x, i, segments, cos, sin)
+        for seg in segments:
+            seg.kv.length = max(seg.kv.length, seg.start + seg.rows)
+        h = rms_norm(x[out_rows], self.norm, self.args.rms_norm_eps)
+        return linear(h, self.lm_head).to(torch.float32)

@@ -1,0 +1,66 @@
+"""The torch backend: loads a checkpoint folder and runs forwards on CUDA or CPU."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from ...checkpoints.files import iter_safetensors, read_config
+from .kv import Segment, SeqKV
+from .models import FAMILIES
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32}
+
+
+class UnsupportedModel(ValueError):
+    pass
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def pick_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if name not in DTYPES:
+        raise UnsupportedModel(f"unknown dtype {name!r}; use bfloat16 or float32")
+    return DTYPES[name]
+
+
+class TorchRunner:
+    def __init__(self, folder: Path, dtype: str = "auto", device: str = "auto") -> None:
+        config = read_config(folder)
+        arch = (config.get("architectures") or ["?"])[0]
+        family = FAMILIES.get(arch)
+        if family is None:
+            raise UnsupportedModel(f"{folder}: architecture {arch} is not supported "
+                                   f"(supported: {', '.join(sorted(FAMILIES))})")
+        self.device = pick_device(device)
+        self.dtype = pick_dtype(dtype, self.device)
+        self.args = family.ModelArgs.from_config(config)
+        self.model = family.Model(self.args, iter_safetensors(folder), self.dtype, self.device)
+        self.vocab_size = self.args.vocab_size
+        self.max_positions = self.args.max_positions
+        log.info("loaded %s (%s, %d layers) on %s in %s", folder.name, arch, self.args.layers,
+                 self.device, str(self.dtype).removeprefix("torch."))
+
+    def kv_bytes_per_token(self) -> int:
+        a = self.args
+        return 2 * a.layers * a.kv_heads * a.head_dim * torch.finfo(self.dtype).bits // 8
+
+    def new_kv(self, capacity: int) -> SeqKV:
+        a = self.args
+        return SeqKV(a.layers, a.kv_heads, a.head_dim, capacity, self.dtype, self.device)
+
+    def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> torch.Tensor:
+        """Run `tokens` (segments' rows, in order); fp32 logits [len(out_rows), vocab] on the CPU."""
+        t = torch.tensor(tokens, dtype=torch.int64, device=self.device)
+        rows = torch.tensor(out_rows, dtype=torch.int64, device=self.device)
+        return self.model.forward(t, segments, rows).cpu()

@@ -1,0 +1,130 @@
+"""`tensorfold serve | pull | models | bench`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .config import EngineConfig, SamplingDefaults, ServerConfig
+
+log = logging.getLogger("tensorfold")
+
+
+def _engine_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None,
+                   help="a local Hugging Face folder, a .gguf file, a Hugging Face repo id, "
+                        "or nothing for the built-in default (SmolLM2-135M-Instruct)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"],
+                   help="weights and activations (auto: bfloat16 on CUDA, float32 on CPU)")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
+    p.add_argument("--context", type=int, default=None, help="served context window (default: the model's)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tensorfold", description="A local OpenAI-compatible LLM server.")
+    parser.add_argument("--version", action="version", version=f"tensorfold {__version__}")
+    parser.add_argument("--log-level", default="INFO")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="serve a model at http://HOST:PORT/v1")
+    _engine_args(serve)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--served-model-name", default=None, help="the model id clients see")
+    serve.add_argument("--alias", action="append", default=[], help="another model id to answer to")
+    serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1")
+    serve.add_argument("--max-tokens", type=int, default=None,
+                       help="default reply limit (default: the remaining context)")
+    serve.add_argument("--temperature", type=float, default=1.0)
+    serve.add_argument("--top-p", type=float, default=1.0)
+    serve.add_argument("--top-k", type=int, default=0)
+    serve.add_argument("--min-p", type=float, default=0.0)
+
+    pull = sub.add_parser("pull", help="download and convert a model into the cache")
+    pull.add_argument("model", nargs="?", default=None, help="default: the built-in default model")
+
+    sub.add_parser("models", help="list cached models")
+
+    bench = sub.add_parser("bench", help="measure this engine")
+    bench_sub = bench.add_subparsers(dest="bench", required=True)
+    decode = bench_sub.add_parser("decode", help="single-stream prefill and decode tokens/s vs transformers")
+    _engine_args(decode)
+    decode.add_argument("--prompt-tokens", type=int, default=256)
+    decode.add_argument("--new-tokens", type=int, default=128)
+    decode.add_argument("--repeats", type=int, default=3)
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .api.app import create_app, serve
+    from .checkpoints.resolve import resolve_model
+    from .engine.client import EngineClient
+
+    engine_cfg = EngineConfig(model=args.model, dtype=args.dtype, device=args.device,
+                              context=args.context, threads=args.threads)
+    config = ServerConfig(
+        host=args.host, port=args.port, served_model_name=args.served_model_name,
+        aliases=tuple(args.alias), api_key=args.api_key, max_tokens=args.max_tokens,
+        sampling=SamplingDefaults(args.temperature, args.top_p, args.top_k, args.min_p),
+        engine=engine_cfg,
+    )
+    folder = resolve_model(args.model)
+    engine = EngineClient(folder, engine_cfg)
+    engine.start()
+    try:
+        app = create_app(engine, config)
+        name = config.served_model_name or engine.model_name
+        print(f"tensorfold {__version__}: serving {name} ({folder}) "
+              f"at http://{config.host}:{config.port}/v1", flush=True)
+        serve(app, config)
+    finally:
+        engine.stop()
+    return 0
+
+
+def _pull(args: argparse.Namespace) -> int:
+    from .checkpoints.resolve import resolve_model
+
+    folder = resolve_model(args.model)
+    print(folder)
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from .checkpoints.resolve import list_cached
+
+    rows = list_cached()
+    if not rows:
+        print("no cached models; `tensorfold pull` fetches the default one")
+    for m in rows:
+        print(f"{m.name:48} {m.size / 2**20:9.1f} MiB  {m.source:8} {m.path}")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .bench.decode import run_decode_bench
+
+    return run_decode_bench(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .checkpoints.errors import CheckpointError
+
+    handlers = {"serve": _serve, "pull": _pull, "models": _models, "bench": _bench}
+    try:
+        return handlers[args.command](args)
+    except CheckpointError as exc:
+        print(f"tensorfold: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""Server and engine settings: frozen dataclasses filled from the command line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingDefaults:
+    """Server-side defaults that a request's null or absent fields keep."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    model: str | None = None            # spec for checkpoints.resolve_model
+    dtype: str = "auto"                 # auto | bfloat16 | float32
+    device: str = "auto"                # auto | cpu | cuda
+    context: int | None = None          # served window; None: the checkpoint's limit
+    threads: int | None = None          # torch CPU threads; None: torch's default
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    served_model_name: str | None = None   # default: the checkpoint folder's name
+    aliases: tuple[str, ...] = ()
+    api_key: str | None = None
+    max_tokens: int | None = None          # default reply limit; None: remaining context
+    max_body_bytes: int = 32 * 1024 * 1024
+    sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
+    engine: EngineConfig = field(default_factory=EngineConfig)

@@ -1,0 +1,70 @@
+"""EngineClient: the asyncio face of the engine thread.
+
+`generate()` hands a Request to the engine thread and yields its Deltas; an
+asyncio.Queue per request is fed from the engine thread with
+`loop.call_soon_threadsafe`. Leaving the iterator early (client disconnect,
+cancellation) aborts the request at the engine's next round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import torch
+
+from ..backends.torch.kv import Segment
+from ..backends.torch.runner import TorchRunner
+from ..checkpoints.tokenizer import Tokenizer
+from ..config import EngineConfig
+from .loop import Engine
+from .types import Delta, Request
+
+log = logging.getLogger(__name__)
+
+
+class EngineClient:
+    def __init__(self, folder: Path, config: EngineConfig) -> None:
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        self.folder = folder
+        self.model_name = folder.name
+        self.tokenizer = Tokenizer(folder)
+        self.runner = TorchRunner(folder, dtype=config.dtype, device=config.device)
+        limit = self.runner.max_positions
+        if config.context is not None and config.context > limit:
+            raise ValueError(f"--context {config.context} exceeds the model's limit of {limit} positions")
+        self.context_length = config.context or limit
+        self.engine = Engine(self.runner, self.tokenizer, Segment)
+
+    def start(self) -> None:
+        self.engine.start()
+
+    def stop(self) -> None:
+        self.engine.stop()
+
+    def health(self) -> dict[str, int | float | bool]:
+        return self.engine.counters.snapshot()
+
+    async def generate(self, request: Request) -> AsyncIterator[Delta]:
+        loop = asyncio.get_running_loop()
+        deltas: asyncio.Queue[Delta] = asyncio.Queue()
+
+        def emit(delta: Delta) -> None:
+            try:
+                loop.call_soon_threadsafe(deltas.put_nowait, delta)
+            except RuntimeError:      # the event loop is gone: nobody is listening
+                pass
+
+        seq = self.engine.submit(request, emit)
+        finished = False
+        try:
+            while not finished:
+                delta = await deltas.get()
+                finished = delta.finish is not None
+                yield delta
+        finally:
+            if not finished:
+                self.engine.abort(seq)

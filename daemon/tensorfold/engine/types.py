@@ -1,0 +1,96 @@
+"""Boundary types between the HTTP edge and the engine thread.
+
+Nothing here imports torch, Quart or pydantic: these are plain values that the
+API builds (`Request`) and the engine emits (`Delta`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Priority(str, enum.Enum):
+    FOREGROUND = "foreground"
+    BACKGROUND = "background"
+
+
+@dataclass(slots=True, frozen=True)
+class SamplingParams:
+    """The keyed sampling rule's settings (see engine/sampler.py).
+
+    temperature 0 is greedy (argmax, lowest id on ties); top_k <= 0 is off;
+    top_p 1 is off; min_p 0 is off. `seed` is always resolved before the
+    request reaches the engine (the request's, or one derived from the prompt).
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int = 0
+
+
+@dataclass(slots=True)
+class Request:
+    id: str
+    prompt: list[int]                  # rendered prompt token ids
+    sampling: SamplingParams
+    max_tokens: int                    # reply limit, already fitted to the window
+    stop: tuple[str, ...] = ()         # stop strings, matched on the reply text
+    ignore_eos: bool = False
+    priority: Priority = Priority.FOREGROUND
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"          # end token or stop string
+    LENGTH = "length"      # reply limit
+    ABORT = "abort"        # client went away
+    ERROR = "error"        # generation failed
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(slots=True)
+class Stats:
+    """Per-reply statistics for the `tensorfold` block of a response."""
+
+    token_sha: str                      # sha256 over the reply's token ids
+    time_to_first_token: float          # seconds from submit to first token
+    prefill_seconds: float
+    decode_seconds: float
+    decode_tokens_per_second: float | None   # tokens after the first / decode time
+    queued_seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class Finish:
+    reason: FinishReason
+    usage: Usage
+    stats: Stats
+    stop_string: str | None = None      # the stop string that ended the reply
+    error: str | None = None            # message when reason is ERROR
+
+
+@dataclass(slots=True)
+class Delta:
+    """What one round produced for one request.
+
+    `text` is reply text safe to send (stop-string holdback applied);
+    `token_ids` are the tokens accepted this round; `finish` is set on the
+    request's last delta, after which nothing more is sent.
+    """
+
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    finish: Finish | None = None

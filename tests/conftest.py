@@ -1,0 +1,25 @@
+"""Shared test settings: one torch thread (the other core is often busy)."""
+
+import torch
+
+torch.set_num_threads(1)
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def default_model() -> Path:
+    """The real default model's folder (SmolLM2-135M-Instruct), pulled by the set-up."""
+    from tensorfold.checkpoints.resolve import resolve_model
+
+    return resolve_model(None)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory, default_model) -> Path:
+    """A 2-layer random Llama with the default model's tokenizer and chat template."""
+    from tests.tiny import make_tiny_checkpoint
+
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-llama"), default_model)

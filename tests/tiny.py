@@ -1,0 +1,68 @@
+"""Tiny random checkpoints for engine and API tests.
+
+A few layers with random weights, and the real default model's tokenizer and
+chat template, so prompts, special tokens and templates are the real ones
+while a forward takes milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                   "special_tokens_map.json", "generation_config.json")
+
+
+def make_tiny_checkpoint(out: Path, tokenizer_src: Path, arch: str = "LlamaForCausalLM",
+                         seed: int = 0, layers: int = 2, hidden: int = 64, heads: int = 4,
+                         kv_heads: int = 2, max_positions: int = 2048) -> Path:
+    src_config = json.loads((tokenizer_src / "config.json").read_text())
+    vocab = src_config["vocab_size"]
+    head_dim = hidden // heads
+    config = {
+        "architectures": [arch],
+        "model_type": {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
+                       "Qwen3ForCausalLM": "qwen3"}[arch],
+        "hidden_size": hidden, "intermediate_size": hidden * 2, "num_hidden_layers": layers,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
+        "vocab_size": vocab, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+        "max_position_embeddings": max_positions, "tie_word_embeddings": True,
+        "bos_token_id": src_config.get("bos_token_id"), "eos_token_id": src_config.get("eos_token_id"),
+        "torch_dtype": "float32",
+    }
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape: int, scale: float = 0.08) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen) * scale
+
+    w = {"model.embed_tokens.weight": rand(vocab, hidden, scale=1.0),
+         "model.norm.weight": torch.ones(hidden)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        w[p + "self_attn.q_proj.weight"] = rand(heads * head_dim, hidden)
+        w[p + "self_attn.k_proj.weight"] = rand(kv_heads * head_dim, hidden)
+        w[p + "self_attn.v_proj.weight"] = rand(kv_heads * head_dim, hidden)
+        w[p + "self_attn.o_proj.weight"] = rand(hidden, heads * head_dim)
+        if arch == "Qwen2ForCausalLM":
+            for n, size in (("q", heads), ("k", kv_heads), ("v", kv_heads)):
+                w[p + f"self_attn.{n}_proj.bias"] = rand(size * head_dim)
+        if arch == "Qwen3ForCausalLM":
+            w[p + "self_attn.q_norm.weight"] = 1 + rand(head_dim)
+            w[p + "self_attn.k_norm.weight"] = 1 + rand(head_dim)
+        w[p + "mlp.gate_proj.weight"] = rand(hidden * 2, hidden)
+        w[p + "mlp.up_proj.weight"] = rand(hidden * 2, hidden)
+        w[p + "mlp.down_proj.weight"] = rand(hidden, hidden * 2)
+        w[p + "input_layernorm.weight"] = 1 + rand(hidden)
+        w[p + "post_attention_layernorm.weight"] = 1 + rand(hidden)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in w.items()}, str(out / "model.safetensors"))
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    for name in TOKENIZER_FILES:
+        if (tokenizer_src / name).exists():
+            shutil.copy(tokenizer_src / name, out / name)
+    return out

@@ -1,0 +1,159 @@
+"""The keyed sampling rule: cuts against hand-computed references, shard invariance."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensorfold.engine.sampler import (
+    ONE,
+    apply_cuts,
+    derive_seed,
+    draw,
+    exact_exp,
+    keyed_uniform,
+    sample,
+    token_masses,
+)
+from tensorfold.engine.types import SamplingParams
+
+torch.set_num_threads(1)
+
+
+def logits_for(probs: list[float]) -> torch.Tensor:
+    """fp32 logits whose softmax is `probs` (up to float rounding)."""
+    return torch.tensor([math.log(p) for p in probs], dtype=torch.float32)
+
+
+def survivors(probs: list[float], **kw) -> list[int]:
+    params = SamplingParams(temperature=1.0, **kw)
+    mass = token_masses(logits_for(probs), 1.0)
+    ids, _ = apply_cuts(torch.arange(len(probs)), mass, params)
+    return ids.tolist()
+
+
+def test_greedy_is_argmax_with_lowest_id_on_ties():
+    logits = torch.tensor([0.5, 2.0, 1.0, 2.0])
+    assert sample(logits, SamplingParams(temperature=0.0), 0) == 1
+
+
+def test_likeliest_token_has_mass_one():
+    mass = token_masses(torch.tensor([1.0, 3.0, -2.0]), 0.7)
+    assert int(mass[1]) == ONE
+    assert int(mass[0]) == round(math.exp((1.0 - 3.0) / 0.7) * ONE)
+
+
+@pytest.mark.parametrize(
+    "probs, kw, expected",
+    [
+        # top-k keeps the k likeliest
+        ([0.1, 0.4, 0.2, 0.3], {"top_k": 2}, [1, 3]),
+        ([0.1, 0.4, 0.2, 0.3], {"top_k": 0}, [0, 1, 2, 3]),
+        ([0.1, 0.4, 0.2, 0.3], {"top_k": -1}, [0, 1, 2, 3]),
+        # top-p keeps the smallest likeliest prefix reaching p: 0.4 < 0.5 so 0.3 joins
+        ([0.1, 0.4, 0.2, 0.3], {"top_p": 0.5}, [1, 3]),
+        ([0.1, 0.4, 0.2, 0.3], {"top_p": 0.39}, [1]),
+        ([0.1, 0.4, 0.2, 0.3], {"top_p": 0.71}, [1, 2, 3]),
+        # top-p after top-k: p of the kept total (0.4 + 0.3), 0.4/0.7 < 0.6
+        ([0.1, 0.4, 0.2, 0.3], {"top_k": 2, "top_p": 0.6}, [1, 3]),
+        ([0.1, 0.4, 0.2, 0.3], {"top_k": 2, "top_p": 0.55}, [1]),
+        # min-p against the likeliest: 0.4 * 0.49 < 0.2 keeps 0.2 and 0.3
+        ([0.1, 0.4, 0.2, 0.3], {"min_p": 0.49}, [1, 2, 3]),
+        ([0.1, 0.4, 0.2, 0.3], {"min_p": 0.6}, [1, 3]),
+        # min-p applies after top-p, and the top-p cut is taken without it
+        ([0.1, 0.4, 0.2, 0.3], {"top_p": 0.71, "min_p": 0.6}, [1, 3]),
+        # ties are ranked by lower id first
+        ([0.25, 0.25, 0.25, 0.25], {"top_k": 2}, [0, 1]),
+    ],
+)
+def test_cuts_match_hand_reference(probs, kw, expected):
+    assert survivors(probs, **kw) == expected
+
+
+def test_draw_follows_cumulative_mass_in_id_order():
+    ids = torch.tensor([3, 7, 9])
+    mass = torch.tensor([ONE // 4, ONE // 2, ONE // 4])      # cumulative 1/4, 3/4, 1
+    assert draw(ids, mass, 0) == 3
+    assert draw(ids, mass, ONE // 4 - 1) == 3
+    assert draw(ids, mass, ONE // 4) == 7
+    assert draw(ids, mass, 3 * ONE // 4) == 9
+    assert draw(ids, mass, ONE - 1) == 9
+
+
+def test_keyed_uniform_and_seed_are_deterministic():
+    assert keyed_uniform(7, 3) == keyed_uniform(7, 3)
+    assert keyed_uniform(7, 3) != keyed_uniform(7, 4)
+    assert all(0 <= keyed_uniform(s, i) < ONE for s in range(5) for i in range(50))
+    assert derive_seed([1, 2, 3]) == derive_seed([1, 2, 3]) != derive_seed([1, 2, 4])
+
+
+def test_fixed_seed_draws_the_same_sequence():
+    torch.manual_seed(0)
+    rows = torch.randn(32, 500) * 3
+    params = SamplingParams(temperature=0.9, top_p=0.95, top_k=40, min_p=0.02, seed=1234)
+    first = [sample(r, params, i) for i, r in enumerate(rows)]
+    assert first == [sample(r, params, i) for i, r in enumerate(rows)]
+    other = [sample(r, SamplingParams(temperature=0.9, top_p=0.95, top_k=40, min_p=0.02, seed=99), i)
+             for i, r in enumerate(rows)]
+    assert first != other
+
+
+def test_draw_frequencies_follow_the_distribution():
+    probs = [0.5, 0.3, 0.2]
+    logits = logits_for(probs)
+    params = SamplingParams(temperature=1.0, seed=5)
+    counts = [0, 0, 0]
+    for i in range(3000):
+        counts[sample(logits, params, i)] += 1
+    for c, p in zip(counts, probs):
+        assert abs(c / 3000 - p) < 0.04
+
+
+def test_exact_exp_is_accurate():
+    d = -torch.linspace(0, 60, 10001, dtype=torch.float64)
+    rel = ((exact_exp(d) - torch.exp(d)) / torch.exp(d)).abs().max()
+    assert rel < 1e-14
+
+
+def sharded_sample(logits: torch.Tensor, params: SamplingParams, position: int, split: int) -> int:
+    """Two shards each hold part of the vocabulary: they share only their maxima and candidates."""
+    shards = [logits[:split], logits[split:]]
+    z_max = max(float((s.to(torch.float64) / params.temperature).max()) for s in shards)
+    cand_ids, cand_mass = [], []
+    for offset, shard in ((0, shards[0]), (split, shards[1])):
+        mass = token_masses(shard, params.temperature, z_max)
+        ids = torch.arange(offset, offset + shard.numel())
+        if params.top_k > 0:     # a shard only needs to send its own k best
+            order = torch.sort(mass, descending=True, stable=True).indices[: params.top_k]
+            order = torch.sort(order).values
+            ids, mass = ids[order], mass[order]
+        cand_ids.append(ids)
+        cand_mass.append(mass)
+    ids, mass = apply_cuts(torch.cat(cand_ids), torch.cat(cand_mass), params)
+    return draw(ids, mass, keyed_uniform(params.seed, position))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    vocab=st.integers(2, 3000),
+    split_frac=st.floats(0.01, 0.99),
+    scale=st.floats(0.1, 30.0),
+    temperature=st.floats(0.05, 3.0),
+    top_k=st.sampled_from([0, 1, 5, 50]),
+    top_p=st.sampled_from([1.0, 0.95, 0.5, 0.1]),
+    min_p=st.sampled_from([0.0, 0.05, 0.5]),
+    seed=st.integers(0, 2**40),
+    position=st.integers(0, 10_000),
+    data_seed=st.integers(0, 2**31),
+)
+def test_two_shards_draw_the_same_token_as_one(vocab, split_frac, scale, temperature, top_k, top_p,
+                                               min_p, seed, position, data_seed):
+    gen = torch.Generator().manual_seed(data_seed)
+    logits = (torch.randn(vocab, generator=gen) * scale).to(torch.float32)
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+    split = max(1, min(vocab - 1, int(vocab * split_frac)))
+    assert sharded_sample(logits, params, position, split) == sample(logits, params, position)
