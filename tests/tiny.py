@@ -31,7 +31,7 @@ def make_tiny_checkpoint(out: Path, tokenizer_src: Path, arch: str = "LlamaForCa
         "hidden_size": hidden, "intermediate_size": hidden * 2, "num_hidden_layers": layers,
         "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
         "vocab_size": vocab, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-        "max_position_embeddings": max_positions, "tie_word_embeddings": True,
+        "max_position_embeddings": max_positions, "tie_word_embeddings": False,
         "bos_token_id": src_config.get("bos_token_id"), "eos_token_id": src_config.get("eos_token_id"),
         "torch_dtype": "float32",
     }
@@ -41,7 +41,8 @@ def make_tiny_checkpoint(out: Path, tokenizer_src: Path, arch: str = "LlamaForCa
         return torch.randn(*shape, generator=gen) * scale
 
     w = {"model.embed_tokens.weight": rand(vocab, hidden, scale=1.0),
-         "model.norm.weight": torch.ones(hidden)}
+         "model.norm.weight": torch.ones(hidden),
+         "lm_head.weight": rand(vocab, hidden, scale=0.3)}
     for i in range(layers):
         p = f"model.layers.{i}."
         w[p + "self_attn.q_proj.weight"] = rand(heads * head_dim, hidden)
