@@ -1,0 +1,108 @@
+"""The tokenizer and chat template of a model folder.
+
+A thin wrapper over transformers' ``AutoTokenizer``, loaded from local files
+only (never the hub). ``hf`` exposes the underlying tokenizer for callers
+that need more (incremental detokenization, offsets).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import CheckpointError, TemplateError
+
+log = logging.getLogger(__name__)
+
+
+def _ids(value: Any) -> set[int]:
+    """Token ids from a config value that may be an int, a list of ints or absent."""
+    if isinstance(value, bool) or value is None:
+        return set()
+    if isinstance(value, int):
+        return {value}
+    if isinstance(value, (list, tuple)):
+        return {v for v in value if isinstance(v, int) and not isinstance(v, bool)}
+    return set()
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+class Tokenizer:
+    """Encode, decode and render chat templates for one model folder."""
+
+    def __init__(self, folder: str | Path) -> None:
+        from transformers import AutoTokenizer
+
+        self.folder = Path(folder)
+        try:
+            self.hf: Any = AutoTokenizer.from_pretrained(str(self.folder), local_files_only=True)
+        except Exception as exc:
+            raise CheckpointError(f"could not load the tokenizer from {self.folder}: {exc}") from exc
+        eos = _ids(self.hf.eos_token_id)
+        eos |= _ids(_read_json(self.folder / "generation_config.json").get("eos_token_id"))
+        eos |= _ids(_read_json(self.folder / "config.json").get("eos_token_id"))
+        self.eos_token_ids: frozenset[int] = frozenset(eos)
+        bos = self.hf.bos_token_id
+        self.bos_token_id: int | None = int(bos) if isinstance(bos, int) else None
+        self.vocab_size: int = len(self.hf)
+        if not self.eos_token_ids:
+            log.warning("tokenizer in %s names no end-of-sequence token", self.folder)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.hf, "chat_template", None))
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return list(self.hf.encode(text, add_special_tokens=add_special_tokens))
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+        return str(self.hf.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+    def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
+        return list(self.hf.convert_ids_to_tokens(list(ids)))
+
+    def render_chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+        **template_kwargs: Any,
+    ) -> str:
+        """The prompt text for ``messages`` (and ``tools``) under the model's chat template.
+
+        Raises ``TemplateError`` when the model has no template or the
+        template refuses the conversation (``raise_exception`` in Jinja,
+        missing keys, bad roles...), with the template's own message.
+        """
+        if not self.has_chat_template:
+            raise TemplateError(f"the model in {self.folder} has no chat template; use the completions endpoint")
+        from jinja2 import TemplateError as JinjaTemplateError
+
+        try:
+            rendered = self.hf.apply_chat_template(
+                messages,
+                tools=tools,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=False,
+                **template_kwargs,
+            )
+        except JinjaTemplateError as exc:
+            raise TemplateError(f"chat template error: {exc.message or exc}") from exc
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+            raise TemplateError(f"chat template error: {exc}") from exc
+        if not isinstance(rendered, str):  # some versions return a list for batched input
+            raise TemplateError("chat template did not render a single prompt")
+        return rendered
+
+    def __repr__(self) -> str:
+        return f"Tokenizer({str(self.folder)!r}, vocab_size={self.vocab_size}, eos={sorted(self.eos_token_ids)})"
