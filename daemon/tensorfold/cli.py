@@ -60,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .api.app import create_app, serve
+    from .api.app import create_app
+    from .api.server import serve
     from .checkpoints.resolve import resolve_model
     from .engine.client import EngineClient
 
@@ -76,11 +77,8 @@ def _serve(args: argparse.Namespace) -> int:
     engine = EngineClient(folder, engine_cfg)
     engine.start()
     try:
-        app = create_app(engine, config)
-        name = config.served_model_name or engine.model_name
-        print(f"tensorfold {__version__}: serving {name} ({folder}) "
-              f"at http://{config.host}:{config.port}/v1", flush=True)
-        serve(app, config)
+        log.info("model folder %s", folder)
+        serve(create_app(engine, config), config)
     finally:
         engine.stop()
     return 0

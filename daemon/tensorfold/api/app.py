@@ -1,0 +1,88 @@
+"""The Quart app factory: blueprints per route family, API-key check, and
+error handlers that turn every failure into the OpenAI error envelope.
+
+    400 invalid_request_error   malformed body or field (param names it)
+    401 invalid_request_error   /v1/* without `Authorization: Bearer <key>` when a key is set
+    404 invalid_request_error   unknown route, unknown model (code model_not_found)
+    405 invalid_request_error   wrong method (with an Allow header)
+    413 invalid_request_error   body over config.max_body_bytes
+    500 server_error            generation failed, or a bug
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+from quart import Quart, Response, request
+from werkzeug.exceptions import HTTPException
+
+from ..config import ServerConfig
+from . import errors, routes_chat, routes_completions, routes_health, routes_models
+from .errors import APIError
+from .server import ServerThread, serve, serve_async
+from .sse import json_response
+from .state import EXTENSION, AppState
+
+log = logging.getLogger(__name__)
+
+__all__ = ["create_app", "serve", "serve_async", "ServerThread"]
+
+_HTTP_CODES = {401: errors.INVALID_API_KEY, 404: "not_found", 405: "method_not_allowed",
+               413: "request_too_large"}
+
+
+def create_app(engine, config: ServerConfig) -> Quart:
+    """The HTTP edge for `engine` (an EngineClient). The caller owns the
+    engine: starting and stopping it is not the app's business."""
+    app = Quart("tensorfold.api")
+    app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
+    served_id = config.served_model_name or engine.model_name
+    app.extensions[EXTENSION] = AppState(engine, config, served_id, tuple(config.aliases))
+    for module in (routes_models, routes_health, routes_chat, routes_completions):
+        app.register_blueprint(module.bp)
+    if config.api_key:
+        app.before_request(_require_key(config.api_key))
+    app.register_error_handler(APIError, _api_error)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _crash)
+    return app
+
+
+def _require_key(key: str):
+    expected = f"Bearer {key}".encode()
+
+    async def check() -> None:
+        if not request.path.startswith("/v1/"):
+            return
+        given = request.headers.get("Authorization", "").encode()
+        if not hmac.compare_digest(given, expected):
+            raise APIError("Missing or incorrect API key: send 'Authorization: Bearer <key>'",
+                           status=401, code=errors.INVALID_API_KEY)
+    return check
+
+
+async def _api_error(exc: APIError) -> Response:
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return json_response(exc.envelope(), exc.status, headers)
+
+
+async def _http_error(exc: HTTPException) -> Response:
+    status = exc.code or 500
+    if status == 404:
+        message = f"Invalid URL ({request.method} {request.path})"
+    elif status == 405:
+        message = f"Method {request.method} is not allowed for {request.path}"
+    elif status == 413:
+        message = f"The request body is larger than the server's limit of {request.max_content_length} bytes"
+    else:
+        message = exc.description or exc.name
+    kind = errors.SERVER_ERROR if status >= 500 else errors.INVALID_REQUEST
+    headers = {k: v for k, v in exc.get_headers() if k.lower() != "content-type"}
+    return json_response(errors.envelope(message, kind, None, _HTTP_CODES.get(status)), status, headers)
+
+
+async def _crash(exc: Exception) -> Response:
+    log.exception("unhandled error in %s %s", request.method, request.path, exc_info=exc)
+    return json_response(errors.envelope("The server had an error while processing the request",
+                                         errors.SERVER_ERROR), 500)

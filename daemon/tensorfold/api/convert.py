@@ -1,0 +1,165 @@
+"""Validated request bodies -> engine `Request`s.
+
+The only module that sees both the schemas and the engine types. Everything
+that can be refused once the body is valid is refused here, before any token:
+a chat template that rejects the conversation, out-of-vocabulary prompt ids,
+and a prompt plus reply limit that does not fit the served window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from ..checkpoints.errors import TemplateError
+from ..config import SamplingDefaults, ServerConfig
+from ..engine.sampler import derive_seed
+from ..engine.types import Priority, Request, SamplingParams
+from . import errors
+from .messages import demote_later_system, template_messages
+from .schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
+
+# Keys of chat_template_kwargs that would collide with render_chat's own
+# arguments or change what apply_chat_template returns.
+RESERVED_TEMPLATE_KWARGS = (
+    "messages", "conversation", "tools", "add_generation_prompt", "continue_final_message",
+    "tokenize", "return_dict", "return_tensors", "return_assistant_tokens_mask", "padding",
+    "truncation", "max_length", "tokenizer_kwargs", "chat_template",
+)
+
+
+class Tokenizer(Protocol):
+    vocab_size: int
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]: ...
+
+    def render_chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                    add_generation_prompt: bool = True, **template_kwargs: Any) -> str: ...
+
+
+class Engine(Protocol):
+    tokenizer: Tokenizer
+    context_length: int
+
+
+def chat_request(body: ChatCompletionRequest, engine: Engine, config: ServerConfig,
+                 request_id: str) -> Request:
+    messages = template_messages(body.messages)
+    tools = None if body.tool_choice == "none" else body.tools   # "none" hides tools
+    prompt = render_prompt(engine.tokenizer, messages, tools, template_kwargs(body.chat_template_kwargs))
+    if body.max_completion_tokens is not None:
+        explicit, param = body.max_completion_tokens, "max_completion_tokens"
+    else:
+        explicit, param = body.max_tokens, "max_tokens"
+    limit = fit_reply_limit(len(prompt), engine.context_length, explicit, param,
+                            config.max_tokens, prompt_param="messages")
+    return build_request(request_id, prompt, body, config.sampling, limit)
+
+
+def completion_request(body: CompletionRequest, engine: Engine, config: ServerConfig,
+                       request_id: str) -> Request:
+    """A raw prompt: no chat template; BOS only where the tokenizer adds one."""
+    if body.prompt is None:
+        raise errors.invalid("Missing required parameter: 'prompt'", param="prompt", code=errors.MISSING)
+    if isinstance(body.prompt, str):
+        prompt = engine.tokenizer.encode(body.prompt, add_special_tokens=True)
+    else:
+        prompt = check_token_ids(body.prompt, engine.tokenizer.vocab_size)
+    if not prompt:
+        raise errors.invalid("Invalid 'prompt': it encodes to no tokens", param="prompt")
+    limit = fit_reply_limit(len(prompt), engine.context_length, body.max_tokens, "max_tokens",
+                            config.max_tokens, prompt_param="prompt")
+    return build_request(request_id, prompt, body, config.sampling, limit)
+
+
+def template_kwargs(kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not kwargs:
+        return {}
+    for key in RESERVED_TEMPLATE_KWARGS:
+        if key in kwargs:
+            raise errors.invalid(f"Invalid 'chat_template_kwargs.{key}': {key} is set by the server, "
+                                 "not by chat_template_kwargs", param=f"chat_template_kwargs.{key}")
+    return dict(kwargs)
+
+
+def render_prompt(tokenizer: Tokenizer, messages: list[dict[str, Any]],
+                  tools: list[dict[str, Any]] | None, kwargs: dict[str, Any]) -> list[int]:
+    """Render and tokenize the conversation. When the template refuses it and
+    system messages sit after the first position, retry with those rendered as
+    user messages (SPEC.md); a second refusal is a 400 with the first reason."""
+    try:
+        text = tokenizer.render_chat(messages, tools=tools, add_generation_prompt=True, **kwargs)
+    except TemplateError as exc:
+        demoted = demote_later_system(messages)
+        if demoted is None:
+            raise _template_refused(exc) from None
+        try:
+            text = tokenizer.render_chat(demoted, tools=tools, add_generation_prompt=True, **kwargs)
+        except TemplateError:
+            raise _template_refused(exc) from None
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def _template_refused(exc: TemplateError) -> errors.APIError:
+    return errors.invalid(f"The chat template could not render this request: {exc}",
+                          param="messages", code=errors.TEMPLATE_ERROR)
+
+
+def check_token_ids(ids: Sequence[int], vocab_size: int) -> list[int]:
+    for i, t in enumerate(ids):
+        if not 0 <= t < vocab_size:
+            raise errors.invalid(f"Invalid 'prompt': token {i} is {t}, outside the vocabulary "
+                                 f"(ids 0 to {vocab_size - 1})", param="prompt")
+    return list(ids)
+
+
+def fit_reply_limit(prompt_tokens: int, context: int, explicit: int | None, param: str,
+                    default: int | None, *, prompt_param: str) -> int:
+    """The reply limit: an explicit one must fit (SPEC 0.3.5: refuse, never cap);
+    otherwise the server default (or the whole remaining window), capped to it."""
+    room = context - prompt_tokens
+    if room < 1:
+        raise errors.invalid(
+            f"The prompt has {prompt_tokens} tokens, which leaves no room for a reply in the "
+            f"{context}-token context; shorten the prompt by at least {_tokens(prompt_tokens - context + 1)}",
+            param=prompt_param, code=errors.CONTEXT_LENGTH)
+    if explicit is not None:
+        if explicit > room:
+            raise errors.invalid(
+                f"The prompt has {prompt_tokens} tokens and {param} is {explicit}, which exceeds the "
+                f"{context}-token context by {explicit - room}; lower {param} to at most {room} "
+                "or shorten the prompt",
+                param=param, code=errors.CONTEXT_LENGTH)
+        return explicit
+    return room if default is None else min(default, room)
+
+
+def _tokens(n: int) -> str:
+    return f"{n} token" if n == 1 else f"{n} tokens"
+
+
+def sampling_params(body: GenerationRequest, defaults: SamplingDefaults, prompt: Sequence[int]) -> SamplingParams:
+    """Null fields keep the server defaults; no seed: one derived from the prompt."""
+    def pick(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
+    return SamplingParams(
+        temperature=pick(body.temperature, defaults.temperature),
+        top_p=pick(body.top_p, defaults.top_p),
+        top_k=pick(body.top_k, defaults.top_k),
+        min_p=pick(body.min_p, defaults.min_p),
+        seed=body.seed if body.seed is not None else derive_seed(prompt),
+    )
+
+
+def build_request(request_id: str, prompt: list[int], body: GenerationRequest,
+                  defaults: SamplingDefaults, max_tokens: int) -> Request:
+    return Request(
+        id=request_id,
+        prompt=prompt,
+        sampling=sampling_params(body, defaults, prompt),
+        max_tokens=max_tokens,
+        stop=tuple(body.stop),
+        ignore_eos=bool(body.ignore_eos),
+        priority=Priority(body.priority) if body.priority else Priority.FOREGROUND,
+    )

@@ -1,0 +1,106 @@
+"""Run an engine request and write its deltas as one body or as SSE.
+
+The engine iterator is always closed on the way out (`aclosing`), so a
+client that goes away (a CancelledError in the handler or the stream
+generator, or Quart closing the stream) aborts the request at the engine's
+next round.
+
+Failures: a `Finish` with reason error (or abort: the engine gave up on a
+client that is still here), an exception from the engine, or an iterator
+that ends without a `Finish` are server errors: HTTP 500 for a whole reply;
+after a stream has opened, an error event of type server_error, then [DONE].
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any, Protocol
+
+from ..engine.types import Delta, Finish, FinishReason, Request
+from . import errors
+from .sse import DONE, event
+
+log = logging.getLogger(__name__)
+
+
+class Generator(Protocol):
+    def generate(self, request: Request) -> AsyncIterator[Delta]: ...
+
+
+class Shape(Protocol):
+    def whole(self, text: str, finish: Finish) -> dict[str, Any]: ...
+    def first_chunk(self) -> dict[str, Any] | None: ...
+    def text_chunk(self, text: str) -> dict[str, Any]: ...
+    def finish_chunk(self, finish: Finish) -> dict[str, Any]: ...
+    def usage_chunk(self, finish: Finish) -> dict[str, Any]: ...
+
+
+class GenerationFailed(Exception):
+    """The engine could not finish the reply; the message is for the client."""
+
+
+def _check_finish(finish: Finish | None) -> Finish:
+    if finish is None:
+        raise GenerationFailed("the engine stopped without finishing the reply")
+    if finish.reason is FinishReason.ERROR:
+        raise GenerationFailed(f"generation failed: {finish.error or 'unknown engine error'}")
+    if finish.reason is FinishReason.ABORT:
+        raise GenerationFailed("the engine aborted the request")
+    return finish
+
+
+async def _run(engine: Generator, request: Request) -> AsyncIterator[Delta]:
+    """The engine's deltas through the last one; engine exceptions become
+    GenerationFailed (cancellation passes through untouched)."""
+    try:
+        async with aclosing(engine.generate(request)) as deltas:
+            async for delta in deltas:
+                yield delta
+                if delta.finish is not None:
+                    return
+    except GenerationFailed:
+        raise
+    except Exception as exc:
+        log.exception("request %s: engine error", request.id)
+        raise GenerationFailed(f"generation failed: {type(exc).__name__}: {exc}") from exc
+
+
+async def whole_reply(engine: Generator, request: Request, shape: Shape) -> dict[str, Any]:
+    """The reply as one body, or an APIError 500."""
+    parts: list[str] = []
+    finish: Finish | None = None
+    try:
+        async with aclosing(_run(engine, request)) as deltas:
+            async for delta in deltas:
+                parts.append(delta.text)
+                finish = delta.finish
+        finish = _check_finish(finish)
+    except GenerationFailed as exc:
+        raise errors.server_error(str(exc)) from None
+    return shape.whole("".join(parts), finish)
+
+
+async def stream_reply(engine: Generator, request: Request, shape: Shape) -> AsyncIterator[bytes]:
+    """SSE events: the first chunk, text chunks, the finish chunk, a last chunk
+    with empty choices carrying usage (always, with or without
+    stream_options.include_usage), then [DONE]."""
+    first = shape.first_chunk()
+    if first is not None:
+        yield event(first)
+    finish: Finish | None = None
+    try:
+        async with aclosing(_run(engine, request)) as deltas:
+            async for delta in deltas:
+                if delta.text:
+                    yield event(shape.text_chunk(delta.text))
+                finish = delta.finish
+        finish = _check_finish(finish)
+    except GenerationFailed as exc:
+        yield event(errors.envelope(str(exc), type=errors.SERVER_ERROR))
+        yield DONE
+        return
+    yield event(shape.finish_chunk(finish))
+    yield event(shape.usage_chunk(finish))
+    yield DONE

@@ -1,0 +1,113 @@
+"""From request bytes to a validated schema, or an APIError naming the field.
+
+JSON is parsed with the standard library but without its extensions: the
+literals NaN, Infinity and -Infinity are refused, as is a number too large
+for a float (1e400 would otherwise become inf).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from . import errors
+from .errors import APIError
+
+M = TypeVar("M", bound=BaseModel)
+
+# pydantic error types -> (our message, our code); the rest keep pydantic's message.
+_MESSAGES = {
+    "missing": ("is required", errors.MISSING),
+    "model_type": ("must be an object", errors.INVALID_VALUE),
+    "dict_type": ("must be an object", errors.INVALID_VALUE),
+    "list_type": ("must be an array", errors.INVALID_VALUE),
+    "string_type": ("must be a string", errors.INVALID_VALUE),
+    "bool_type": ("must be a boolean", errors.INVALID_VALUE),
+}
+_CODES = {errors.UNSUPPORTED, errors.NOT_IMPLEMENTED, errors.INVALID_VALUE}
+
+
+def _non_finite(value: Any, loc: tuple[str | int, ...] = ()) -> tuple[tuple[str | int, ...], float] | None:
+    """The location and value of the first NaN or infinity in a parsed body."""
+    stack = [(loc, value)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return where, v
+        if isinstance(v, dict):
+            stack.extend((where + (k,), x) for k, x in reversed(list(v.items())))
+        elif isinstance(v, list):
+            stack.extend((where + (i,), x) for i, x in reversed(list(enumerate(v))))
+    return None
+
+
+def parse_json_object(data: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400.
+
+    Python's json module reads the NaN, Infinity and -Infinity literals and
+    turns 1e400 into inf; JSON has none of them, so any non-finite number,
+    wherever it sits, is refused here with its location as `param`."""
+    if not data.strip():
+        raise errors.invalid("The request body is empty; send a JSON object", code=errors.INVALID_JSON)
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError) as exc:   # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise errors.invalid(f"The request body is not valid JSON: {exc}", code=errors.INVALID_JSON) from None
+    if not isinstance(body, dict):
+        raise errors.invalid(f"The request body must be a JSON object, not {type(body).__name__}",
+                             code=errors.INVALID_JSON)
+    bad = _non_finite(body)
+    if bad is not None:
+        param = param_name(bad[0])
+        shown = "NaN" if math.isnan(bad[1]) else ("Infinity" if bad[1] > 0 else "-Infinity")
+        raise errors.invalid(f"Invalid '{param}': must be a finite number, not {shown}", param=param)
+    return body
+
+
+def param_name(loc: tuple[str | int, ...]) -> str | None:
+    """('messages', 0, 'content') -> 'messages[0].content'."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or None
+
+
+def validate(model: type[M], body: dict[str, Any]) -> M:
+    """`model` validated from `body`; the first error becomes a 400 naming its field."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise error_from(exc) from None
+
+
+def error_from(exc: ValidationError) -> APIError:
+    first = exc.errors(include_url=False, include_input=False)[0]
+    # Locations of union members and tagged choices are type names, not fields.
+    loc = tuple(p for p in first["loc"] if isinstance(p, int) or not _is_type_tag(p))
+    param = param_name(loc)
+    kind = first["type"]
+    if kind in _MESSAGES:
+        text, code = _MESSAGES[kind]
+    else:
+        text, code = first["msg"], (kind if kind in _CODES else errors.INVALID_VALUE)
+    where = f"'{param}'" if param else "the request"
+    if code == errors.MISSING:
+        return errors.invalid(f"Missing required parameter: {where}", param=param, code=code)
+    if code in (errors.UNSUPPORTED, errors.NOT_IMPLEMENTED):
+        text = text[:1].upper() + text[1:]
+        return errors.APIError(f"{text} ('{param}')" if param else text, param=param, code=code)
+    return errors.invalid(f"Invalid {where}: {text}", param=param, code=code)
+
+
+def _is_type_tag(part: str) -> bool:
+    return any(c in part for c in "[]()") or part in ("str", "int", "float", "bool", "dict", "list")
+
+
+async def read_body() -> dict[str, Any]:
+    """The current request's body as a JSON object (413 past MAX_CONTENT_LENGTH)."""
+    from quart import request
+
+    return parse_json_object(await request.get_data(cache=False))

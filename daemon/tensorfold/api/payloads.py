@@ -1,0 +1,110 @@
+"""Reply objects as OpenAI returns them, built from engine `Finish` values.
+
+`ChatShape` writes chat.completion / chat.completion.chunk objects and
+`CompletionShape` text_completion ones; generation.py drives either. Every
+reply carries `usage` (with cached and reasoning token details) and a
+top-level `tensorfold` block of generation statistics.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine.types import Finish, FinishReason, Stats, Usage
+
+FINISH_REASONS = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length"}
+
+
+def usage_json(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+    }
+
+
+def _finite(x: float | None) -> float | None:
+    """JSON has no NaN or infinity: such a statistic is reported as null."""
+    return x if x is not None and math.isfinite(x) else None
+
+
+def stats_json(stats: Stats) -> dict[str, Any]:
+    return {
+        "token_sha": stats.token_sha,
+        "time_to_first_token": _finite(stats.time_to_first_token),
+        "decode_tokens_per_second": _finite(stats.decode_tokens_per_second),
+        "prefill_seconds": _finite(stats.prefill_seconds),
+        "decode_seconds": _finite(stats.decode_seconds),
+        "queued_seconds": _finite(stats.queued_seconds),
+    }
+
+
+def finish_reason(finish: Finish) -> str:
+    return FINISH_REASONS[finish.reason]
+
+
+@dataclass(slots=True, frozen=True)
+class ChatShape:
+    id: str
+    model: str
+    created: int
+
+    def _head(self, obj: str) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def whole(self, text: str, finish: Finish) -> dict[str, Any]:
+        choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                  "finish_reason": finish_reason(finish), "logprobs": None}
+        return {**self._head("chat.completion"), "choices": [choice],
+                "usage": usage_json(finish.usage), "tensorfold": stats_json(finish.stats)}
+
+    def _chunk(self, delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}
+        return {**self._head("chat.completion.chunk"), "choices": [choice]}
+
+    def first_chunk(self) -> dict[str, Any] | None:
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def text_chunk(self, text: str) -> dict[str, Any]:
+        return self._chunk({"content": text})
+
+    def finish_chunk(self, finish: Finish) -> dict[str, Any]:
+        return self._chunk({}, finish_reason(finish))
+
+    def usage_chunk(self, finish: Finish) -> dict[str, Any]:
+        return {**self._head("chat.completion.chunk"), "choices": [],
+                "usage": usage_json(finish.usage), "tensorfold": stats_json(finish.stats)}
+
+
+@dataclass(slots=True, frozen=True)
+class CompletionShape:
+    id: str
+    model: str
+    created: int
+
+    def _head(self) -> dict[str, Any]:
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model}
+
+    def _choice(self, text: str, reason: str | None) -> dict[str, Any]:
+        return {"index": 0, "text": text, "finish_reason": reason, "logprobs": None}
+
+    def whole(self, text: str, finish: Finish) -> dict[str, Any]:
+        return {**self._head(), "choices": [self._choice(text, finish_reason(finish))],
+                "usage": usage_json(finish.usage), "tensorfold": stats_json(finish.stats)}
+
+    def first_chunk(self) -> dict[str, Any] | None:
+        return None
+
+    def text_chunk(self, text: str) -> dict[str, Any]:
+        return {**self._head(), "choices": [self._choice(text, None)]}
+
+    def finish_chunk(self, finish: Finish) -> dict[str, Any]:
+        return {**self._head(), "choices": [self._choice("", finish_reason(finish))]}
+
+    def usage_chunk(self, finish: Finish) -> dict[str, Any]:
+        return {**self._head(), "choices": [], "usage": usage_json(finish.usage),
+                "tensorfold": stats_json(finish.stats)}

@@ -1,0 +1,38 @@
+"""POST /v1/chat/completions: text chat, streamed or whole."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from quart import Blueprint, Response
+
+from . import convert
+from .generation import stream_reply, whole_reply
+from .parsing import read_body, validate
+from .payloads import ChatShape
+from .schemas import ChatCompletionRequest
+from .sse import json_response, sse_response
+from .state import get_state, new_id
+
+bp = Blueprint("chat", __name__)
+
+
+@bp.post("/v1/chat/completions")
+async def chat_completions() -> Response:
+    return await run_chat(await read_body())
+
+
+async def run_chat(raw: dict[str, Any]) -> Response:
+    """Validate, render and fit the request (every refusal is a 400 before a
+    stream opens), then generate. Also serves completions bodies that carry
+    a nonempty messages list."""
+    body = validate(ChatCompletionRequest, raw)
+    state = get_state()
+    model = state.resolve_model(body.model)
+    request_id = new_id("chatcmpl")
+    engine_request = convert.chat_request(body, state.engine, state.config, request_id)
+    shape = ChatShape(request_id, model, int(time.time()))
+    if body.stream:
+        return sse_response(stream_reply(state.engine, engine_request, shape))
+    return json_response(await whole_reply(state.engine, engine_request, shape))

@@ -1,0 +1,39 @@
+"""POST /v1/completions: a raw prompt (text or token ids), no chat template.
+
+A body with a nonempty `messages` list is handled exactly as a chat request
+(SPEC.md, MLX behaviour built on both backends): it gets the chat template and
+a chat.completion reply, since that is what a chat handler returns.
+"""
+
+from __future__ import annotations
+
+import time
+
+from quart import Blueprint, Response
+
+from . import convert
+from .generation import stream_reply, whole_reply
+from .parsing import read_body, validate
+from .payloads import CompletionShape
+from .routes_chat import run_chat
+from .schemas import CompletionRequest, wants_chat
+from .sse import json_response, sse_response
+from .state import get_state, new_id
+
+bp = Blueprint("completions", __name__)
+
+
+@bp.post("/v1/completions")
+async def completions() -> Response:
+    raw = await read_body()
+    if wants_chat(raw):
+        return await run_chat(raw)
+    body = validate(CompletionRequest, raw)
+    state = get_state()
+    model = state.resolve_model(body.model)
+    request_id = new_id("cmpl")
+    engine_request = convert.completion_request(body, state.engine, state.config, request_id)
+    shape = CompletionShape(request_id, model, int(time.time()))
+    if body.stream:
+        return sse_response(stream_reply(state.engine, engine_request, shape))
+    return json_response(await whole_reply(state.engine, engine_request, shape))

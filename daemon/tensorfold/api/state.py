@@ -1,0 +1,48 @@
+"""What every route needs: the engine, the settings and the served names."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from quart import current_app
+
+from ..config import ServerConfig
+from . import errors
+
+EXTENSION = "tensorfold"
+
+
+@dataclass(slots=True)
+class AppState:
+    engine: Any                      # tensorfold.engine.client.EngineClient or a stand-in
+    config: ServerConfig
+    served_id: str
+    aliases: tuple[str, ...]
+    started: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        return (self.served_id, *(a for a in self.aliases if a != self.served_id))
+
+    def resolve_model(self, requested: str | None) -> str:
+        """The name a reply reports: the requested one when it is the served id
+        or an alias, the served id when none was sent. Any other name is a 404
+        model_not_found, as vLLM and OpenAI answer it."""
+        if requested is None:
+            return self.served_id
+        if requested in self.model_names:
+            return requested
+        raise errors.APIError(f"The model '{requested}' does not exist; this server serves "
+                              + ", ".join(repr(n) for n in self.model_names),
+                              status=404, param="model", code=errors.MODEL_NOT_FOUND)
+
+
+def get_state() -> AppState:
+    return current_app.extensions[EXTENSION]
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(12)}"

@@ -1,0 +1,78 @@
+"""Fixtures for the HTTP-edge tests: real Hypercorn servers on free loopback ports.
+
+`server` is the contract server: its tests hold for any engine. Its engine
+comes from `make_engine()` (one line: the real EngineClient on the tiny random
+checkpoint, or the FakeEngine test double). `fake_server` always runs the
+FakeEngine: its tests inspect what reached the engine and inject failures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.api.fake_engine import FakeEngine
+from tests.servers import Served, running
+from tensorfold.config import EngineConfig, ServerConfig
+from tensorfold.engine.client import EngineClient
+
+ALIAS = "tf-test-alias"
+MAX_BODY = 256 * 1024
+API_KEY = "test-key-123"
+
+
+def make_engine(request: pytest.FixtureRequest) -> Any:
+    """The engine behind the contract server (`server`): the real EngineClient
+    on the tiny random checkpoint. `return FakeEngine()` runs the contract
+    tests on the test double instead."""
+    return EngineClient(request.getfixturevalue("tiny_model"), EngineConfig(dtype="float32", device="cpu"))
+
+
+def api_config(**overrides: Any) -> ServerConfig:
+    return ServerConfig(aliases=(ALIAS,), max_body_bytes=MAX_BODY, **overrides)
+
+
+@pytest.fixture(scope="session")
+def server(request: pytest.FixtureRequest) -> Iterator[Served]:
+    with running(make_engine(request), api_config()) as served:
+        yield served
+
+
+@pytest.fixture(scope="session")
+def fake_server() -> Iterator[Served]:
+    with running(FakeEngine(), api_config()) as served:
+        yield served
+
+
+@pytest.fixture(scope="session")
+def auth_server() -> Iterator[Served]:
+    with running(FakeEngine(), api_config(api_key=API_KEY)) as served:
+        yield served
+
+
+@pytest.fixture(scope="session")
+def http(server: Served) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def fake_http(fake_server: Served) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=fake_server.url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def client(server: Served) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=30) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def fake_client(fake_server: Served) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=fake_server.base_url, api_key="unused", max_retries=0, timeout=30) as c:
+        yield c

@@ -1,0 +1,169 @@
+"""Chat and completions replies through the official openai client and raw SSE.
+
+These hold for any engine: shapes, usage, streamed == whole, the last event.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api.api_helpers import CHAT, COMPLETIONS, HELLO, sse_events
+
+USAGE_KEYS = {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details",
+              "completion_tokens_details"}
+STATS_KEYS = {"token_sha", "time_to_first_token", "decode_tokens_per_second", "prefill_seconds",
+              "decode_seconds"}
+
+
+def check_usage(usage: dict) -> None:
+    assert USAGE_KEYS <= set(usage)
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert usage["prompt_tokens"] > 0
+    assert isinstance(usage["prompt_tokens_details"]["cached_tokens"], int)
+    assert isinstance(usage["completion_tokens_details"]["reasoning_tokens"], int)
+
+
+def check_stats(block: dict) -> None:
+    assert STATS_KEYS <= set(block)
+    assert isinstance(block["token_sha"], str) and len(block["token_sha"]) == 64
+
+
+def test_chat_whole_reply(client, server):
+    reply = client.chat.completions.create(model=server.served_id, messages=HELLO, max_tokens=16, seed=7)
+    assert reply.object == "chat.completion"
+    assert reply.id.startswith("chatcmpl-")
+    assert reply.model == server.served_id
+    choice = reply.choices[0]
+    assert len(reply.choices) == 1 and choice.index == 0
+    assert choice.message.role == "assistant"
+    assert isinstance(choice.message.content, str)
+    assert choice.finish_reason in ("stop", "length")
+    assert 1 <= reply.usage.completion_tokens <= 16
+    raw = reply.model_dump()
+    check_usage(raw["usage"])
+    check_stats(raw["tensorfold"])
+
+
+def test_chat_stream_equals_whole_and_ends_with_usage(client, server):
+    kwargs = dict(model=server.served_id, messages=HELLO, max_tokens=24, seed=11, temperature=0.7)
+    whole = client.chat.completions.create(**kwargs)
+    chunks = list(client.chat.completions.create(stream=True, **kwargs))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == [whole.choices[0].finish_reason]
+    last = chunks[-1]
+    assert last.choices == [] and last.usage is not None
+    assert last.usage.model_dump() == whole.usage.model_dump()
+    assert last.model_dump()["tensorfold"]["token_sha"] == whole.model_dump()["tensorfold"]["token_sha"]
+    assert len({c.id for c in chunks}) == 1
+
+
+def test_raw_sse_framing(http):
+    r = http.post(CHAT, json={"messages": HELLO, "stream": True, "max_tokens": 8})
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/event-stream")
+    assert r.text.endswith("data: [DONE]\n\n")
+    events = sse_events(r)
+    assert events[-1] == "[DONE]"
+    assert all(e["object"] == "chat.completion.chunk" for e in events[:-1])
+    usage_event = events[-2]
+    assert usage_event["choices"] == []
+    check_usage(usage_event["usage"])
+    check_stats(usage_event["tensorfold"])
+    assert events[-3]["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+@pytest.mark.parametrize("options", [None, {"include_usage": True}, {"include_usage": False}])
+def test_usage_on_last_event_whatever_stream_options_say(http, options):
+    body = {"messages": HELLO, "stream": True, "max_tokens": 6}
+    if options is not None:
+        body["stream_options"] = options
+    events = sse_events(http.post(CHAT, json=body))
+    check_usage(events[-2]["usage"])
+
+
+def test_max_tokens_caps_the_reply(client, server):
+    reply = client.chat.completions.create(model=server.served_id, messages=HELLO, max_tokens=1)
+    assert reply.usage.completion_tokens <= 1
+    reply = client.chat.completions.create(model=server.served_id, messages=HELLO,
+                                           max_completion_tokens=2, extra_body={"ignore_eos": True})
+    assert reply.usage.completion_tokens == 2 and reply.choices[0].finish_reason == "length"
+
+
+def test_completions_string_prompt(client, server):
+    reply = client.completions.create(model=server.served_id, prompt="Once upon a time", max_tokens=8, seed=3)
+    assert reply.object == "text_completion"
+    assert reply.id.startswith("cmpl-")
+    assert isinstance(reply.choices[0].text, str)
+    assert reply.choices[0].finish_reason in ("stop", "length")
+    check_usage(reply.model_dump()["usage"])
+    check_stats(reply.model_dump()["tensorfold"])
+
+
+def test_completions_prompt_forms_agree(client, server):
+    tok = server.engine.tokenizer
+    ids = tok.encode("Once upon a time", add_special_tokens=True)
+    kw = dict(model=server.served_id, max_tokens=6, seed=5)
+    replies = [client.completions.create(prompt=p, **kw) for p in ("Once upon a time", ["Once upon a time"],
+                                                                  ids, [ids])]
+    assert len({r.choices[0].text for r in replies}) == 1
+    assert {r.usage.prompt_tokens for r in replies} == {len(ids)}
+
+
+def test_completions_stream_equals_whole(client, server):
+    kw = dict(model=server.served_id, prompt="The sea", max_tokens=12, seed=9, temperature=0.8)
+    whole = client.completions.create(**kw)
+    chunks = list(client.completions.create(stream=True, **kw))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+    assert chunks[-1].choices == [] and chunks[-1].usage.model_dump() == whole.usage.model_dump()
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] \
+        == [whole.choices[0].finish_reason]
+
+
+def test_completions_raw_stream_framing(http):
+    events = sse_events(http.post(COMPLETIONS, json={"prompt": "Hi", "stream": True, "max_tokens": 4}))
+    assert events[-1] == "[DONE]"
+    assert all(e["object"] == "text_completion" for e in events[:-1])
+    check_usage(events[-2]["usage"])
+
+
+def test_completions_body_with_messages_uses_chat_handling(http):
+    body = {"messages": HELLO, "max_tokens": 8, "seed": 1}
+    via_completions = http.post(COMPLETIONS, json={**body, "prompt": "ignored"}).json()
+    via_chat = http.post(CHAT, json=body).json()
+    assert via_completions["object"] == "chat.completion"
+    assert via_completions["choices"][0]["message"] == via_chat["choices"][0]["message"]
+    assert via_completions["usage"] == via_chat["usage"]
+
+
+def test_parts_content_equals_string_content(http):
+    parts = [{"type": "text", "text": "Say "}, {"type": "text", "text": "hello."}]
+    a = http.post(CHAT, json={"messages": [{"role": "user", "content": parts}], "max_tokens": 6}).json()
+    b = http.post(CHAT, json={"messages": HELLO, "max_tokens": 6}).json()
+    assert a["usage"]["prompt_tokens"] == b["usage"]["prompt_tokens"]
+    assert a["choices"][0]["message"] == b["choices"][0]["message"]
+
+
+def test_developer_message_renders_as_system(http):
+    def prompt_tokens(role: str) -> int:
+        msgs = [{"role": role, "content": "Be brief."}, *HELLO]
+        return http.post(CHAT, json={"messages": msgs, "max_tokens": 1}).json()["usage"]["prompt_tokens"]
+    assert prompt_tokens("developer") == prompt_tokens("system")
+
+
+def test_extra_unknown_fields_are_ignored(http):
+    r = http.post(CHAT, json={"messages": HELLO, "max_tokens": 2, "user": "me", "metadata": {"a": "b"},
+                              "frequency_penalty": 0, "some_future_field": [1, 2]})
+    assert r.status_code == 200, r.text
+
+
+def test_null_fields_keep_defaults(http):
+    r = http.post(CHAT, json={"messages": HELLO, "max_tokens": 2, "temperature": None, "top_p": None,
+                              "top_k": None, "min_p": None, "seed": None, "stop": None, "n": None,
+                              "logprobs": None, "ignore_eos": None, "chat_template_kwargs": None,
+                              "priority": None, "stream": None, "model": None, "modalities": ["text"],
+                              "n_": 1, "top_logprobs": None, "response_format": {"type": "text"},
+                              "draft": True, "thinking_budget": 0})
+    assert r.status_code == 200, r.text

@@ -1,0 +1,94 @@
+"""Prompt plus reply limit must fit the served window (SPEC 0.3.5): an explicit
+limit that does not fit is a 400 with both counts and how to fit, before a
+stream opens; without one, the default is capped to what is left."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tensorfold.api.convert import fit_reply_limit
+from tensorfold.api.errors import APIError
+from tests.api.api_helpers import CHAT, COMPLETIONS, HELLO, assert_envelope
+
+
+def window(http) -> int:
+    return http.get("/health").json()["context_length"]
+
+
+def prompt_tokens(http, body: dict, path: str = CHAT) -> int:
+    r = http.post(path, json={**body, "max_tokens": 1})
+    assert r.status_code == 200, r.text
+    return r.json()["usage"]["prompt_tokens"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+def test_explicit_limit_past_the_window_is_refused_with_counts(http, field, stream):
+    ctx = window(http)
+    p = prompt_tokens(http, {"messages": HELLO})
+    room = ctx - p
+    error = assert_envelope(http.post(CHAT, json={"messages": HELLO, field: room + 5, "stream": stream}), 400, field)
+    assert error["code"] == "context_length_exceeded"
+    message = error["message"]
+    for number in (p, room + 5, ctx, 5, room):
+        assert re.search(rf"\b{number}\b", message), (number, message)
+    assert f"at most {room}" in message
+
+
+def test_a_limit_that_exactly_fills_the_window_is_accepted(http):
+    ctx = window(http)
+    ids = (list(range(3, 13)) * (ctx // 10 + 1))[:ctx - 4]
+    r = http.post(COMPLETIONS, json={"prompt": ids, "max_tokens": 4, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] + r.json()["usage"]["completion_tokens"] <= ctx
+    assert_envelope(http.post(COMPLETIONS, json={"prompt": ids, "max_tokens": 5}), 400, "max_tokens")
+
+
+def test_completions_explicit_limit_past_the_window(http):
+    ctx = window(http)
+    p = prompt_tokens(http, {"prompt": "Once upon a time"}, COMPLETIONS)
+    error = assert_envelope(http.post(COMPLETIONS, json={"prompt": "Once upon a time",
+                                                         "max_tokens": ctx}), 400, "max_tokens")
+    assert f"at most {ctx - p}" in error["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_prompt_that_fills_the_window_is_refused(http, stream):
+    ctx = window(http)
+    long = {"messages": [{"role": "user", "content": " hello" * (ctx + 8)}], "stream": stream}
+    error = assert_envelope(http.post(CHAT, json=long), 400, "messages")
+    assert error["code"] == "context_length_exceeded"
+    assert str(ctx) in error["message"]
+    ids = list(range(3, 3 + 10)) * (ctx // 10 + 1)
+    error = assert_envelope(http.post(COMPLETIONS, json={"prompt": ids[:ctx], "stream": stream}), 400, "prompt")
+    assert "shorten the prompt by at least 1 token" in error["message"]
+
+
+def test_without_a_limit_the_reply_is_capped_to_the_window(http):
+    ctx = window(http)
+    ids = (list(range(3, 13)) * (ctx // 10 + 1))[:ctx - 3]
+    r = http.post(COMPLETIONS, json={"prompt": ids, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    usage = r.json()["usage"]
+    assert usage["completion_tokens"] <= 3
+    assert usage["prompt_tokens"] + usage["completion_tokens"] <= ctx
+
+
+@pytest.mark.parametrize("prompt, explicit, default, expected", [
+    (10, None, None, 90), (10, None, 50, 50), (10, None, 500, 90), (10, 90, None, 90), (10, 5, 500, 5),
+])
+def test_fit_reply_limit(prompt, explicit, default, expected):
+    assert fit_reply_limit(prompt, 100, explicit, "max_tokens", default, prompt_param="prompt") == expected
+
+
+def test_fit_reply_limit_message():
+    with pytest.raises(APIError) as info:
+        fit_reply_limit(7990, 8192, 500, "max_tokens", None, prompt_param="messages")
+    assert info.value.message == ("The prompt has 7990 tokens and max_tokens is 500, which exceeds the "
+                                  "8192-token context by 298; lower max_tokens to at most 202 or shorten the prompt")
+    assert info.value.param == "max_tokens"
+    with pytest.raises(APIError) as info:
+        fit_reply_limit(8192, 8192, None, "max_tokens", None, prompt_param="messages")
+    assert info.value.param == "messages" and "at least 1 token" in info.value.message

@@ -1,0 +1,27 @@
+"""The real default model (SmolLM2-135M-Instruct) behind a real server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import openai
+import pytest
+
+from tensorfold.config import EngineConfig, ServerConfig
+from tensorfold.engine.client import EngineClient
+from tests.servers import running
+
+
+@dataclass
+class DefaultServer:
+    client: openai.OpenAI
+    model: str
+
+
+@pytest.fixture(scope="session")
+def default_server(default_model) -> Iterator[DefaultServer]:
+    engine = EngineClient(default_model, EngineConfig(device="cpu"))
+    with running(engine, ServerConfig()) as served:
+        with openai.OpenAI(base_url=served.base_url, api_key="unused", max_retries=0, timeout=120) as c:
+            yield DefaultServer(c, served.served_id)
