@@ -32,7 +32,11 @@ async def run_chat(raw: dict[str, Any]) -> Response:
     model = state.resolve_model(body.model)
     request_id = new_id("chatcmpl")
     engine_request = convert.chat_request(body, state.engine, state.config, request_id)
-    shape = ChatShape(request_id, model, int(time.time()))
-    if body.stream:
-        return sse_response(stream_reply(state.engine, engine_request, shape))
-    return json_response(await whole_reply(state.engine, engine_request, shape))
+    return await respond(state.engine, engine_request, ChatShape(request_id, model, int(time.time())), body.stream)
+
+
+async def respond(engine: Any, request: Any, shape: Any, stream: bool | None) -> Response:
+    """Generate `request`: as server-sent events, or one JSON body."""
+    if stream:
+        return sse_response(stream_reply(engine, request, shape))
+    return json_response(await whole_reply(engine, request, shape))

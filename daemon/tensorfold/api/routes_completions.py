@@ -12,12 +12,10 @@ import time
 from quart import Blueprint, Response
 
 from . import convert
-from .generation import stream_reply, whole_reply
 from .parsing import read_body, validate
 from .payloads import CompletionShape
-from .routes_chat import run_chat
+from .routes_chat import respond, run_chat
 from .schemas import CompletionRequest, wants_chat
-from .sse import json_response, sse_response
 from .state import get_state, new_id
 
 bp = Blueprint("completions", __name__)
@@ -34,6 +32,4 @@ async def completions() -> Response:
     request_id = new_id("cmpl")
     engine_request = convert.completion_request(body, state.engine, state.config, request_id)
     shape = CompletionShape(request_id, model, int(time.time()))
-    if body.stream:
-        return sse_response(stream_reply(state.engine, engine_request, shape))
-    return json_response(await whole_reply(state.engine, engine_request, shape))
+    return await respond(state.engine, engine_request, shape, body.stream)
