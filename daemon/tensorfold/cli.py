@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
-from .config import EngineConfig, SamplingDefaults, ServerConfig
+from .config import AUTO_LANES, EngineConfig, SamplingDefaults, ServerConfig
 
 log = logging.getLogger("tensorfold")
 
@@ -22,6 +22,27 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     p.add_argument("--context", type=int, default=None, help="served context window (default: the model's)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--parallel", default="auto",
+                   help="requests sharing rounds: auto (%d lanes within memory) or N" % AUTO_LANES)
+    p.add_argument("--decode-share", type=float, default=0.25,
+                   help="decode time between prefill chunks, as a share of each chunk's time "
+                        "(0 prefills each prompt whole first)")
+    p.add_argument("--prefill-chunk", type=int, default=256, help="prompt rows per prefill round")
+    p.add_argument("--background-chunk", type=int, default=64,
+                   help="prompt rows per prefill round for background requests")
+    p.add_argument("--kv-memory", type=float, default=None,
+                   help="GiB for the KV cache (default: available memory less a reserve)")
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    parallel = 0 if args.parallel == "auto" else int(args.parallel)
+    if parallel < 0 or not 0 <= args.decode_share <= 1 or args.prefill_chunk < 1 or args.background_chunk < 1:
+        raise SystemExit("tensorfold: --parallel must be auto or N >= 1, --decode-share within 0..1, "
+                         "chunks >= 1")
+    return EngineConfig(model=args.model, dtype=args.dtype, device=args.device, context=args.context,
+                        threads=args.threads, parallel=parallel, prefill_chunk=args.prefill_chunk,
+                        background_chunk=args.background_chunk, decode_share=args.decode_share,
+                        kv_memory=args.kv_memory)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("models", help="list cached models")
 
+    from .exactness import add_arguments as exactness_arguments
+
+    exactness_arguments(sub.add_parser("exactness", help="check that every reply equals its solo run"))
+
     bench = sub.add_parser("bench", help="measure this engine")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     decode = bench_sub.add_parser("decode", help="single-stream prefill and decode tokens/s vs transformers")
@@ -65,8 +90,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .checkpoints.resolve import resolve_model
     from .engine.client import EngineClient
 
-    engine_cfg = EngineConfig(model=args.model, dtype=args.dtype, device=args.device,
-                              context=args.context, threads=args.threads)
+    engine_cfg = engine_config(args)
     config = ServerConfig(
         host=args.host, port=args.port, served_model_name=args.served_model_name,
         aliases=tuple(args.alias), api_key=args.api_key, max_tokens=args.max_tokens,
@@ -109,12 +133,18 @@ def _bench(args: argparse.Namespace) -> int:
     return run_decode_bench(args)
 
 
+def _exactness(args: argparse.Namespace) -> int:
+    from .exactness import run_exactness
+
+    return run_exactness(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from .checkpoints.errors import CheckpointError
 
-    handlers = {"serve": _serve, "pull": _pull, "models": _models, "bench": _bench}
+    handlers = {"serve": _serve, "pull": _pull, "models": _models, "bench": _bench, "exactness": _exactness}
     try:
         return handlers[args.command](args)
     except CheckpointError as exc:

@@ -20,8 +20,17 @@ class EngineConfig:
     model: str | None = None            # spec for checkpoints.resolve_model
     dtype: str = "auto"                 # auto | bfloat16 | float32
     device: str = "auto"                # auto | cpu | cuda
-    context: int | None = None          # served window; None: the checkpoint's limit
+    context: int | None = None          # served window; None: the checkpoint's limit, within memory
     threads: int | None = None          # torch CPU threads; None: torch's default
+    parallel: int = 0                   # lanes sharing rounds; 0 is auto
+    prefill_chunk: int = 256            # prompt rows per prefill round
+    background_chunk: int = 64          # prompt rows per round for a background prompt
+    decode_share: float = 0.25          # decode time between prefill chunks, as a share of a chunk's
+    block_size: int = 32                # positions per KV block
+    kv_memory: float | None = None      # GiB for the KV pool; None: from the memory available
+
+
+AUTO_LANES = 8
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,10 +4,15 @@
 comes from `make_engine()` (one line: the real EngineClient on the tiny random
 checkpoint, or the FakeEngine test double). `fake_server` always runs the
 FakeEngine: its tests inspect what reached the engine and inject failures.
+
+TENSORFOLD_TEST_API_ENGINE=fake runs the contract tests on the FakeEngine too
+(for when the real engine cannot load); the real engine is imported only when
+a contract test needs it, so the FakeEngine tests run whatever state it is in.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +23,6 @@ import pytest
 from tests.api.fake_engine import FakeEngine
 from tests.servers import Served, running
 from tensorfold.config import EngineConfig, ServerConfig
-from tensorfold.engine.client import EngineClient
 
 ALIAS = "tf-test-alias"
 MAX_BODY = 256 * 1024
@@ -28,7 +32,11 @@ API_KEY = "test-key-123"
 def make_engine(request: pytest.FixtureRequest) -> Any:
     """The engine behind the contract server (`server`): the real EngineClient
     on the tiny random checkpoint. `return FakeEngine()` runs the contract
-    tests on the test double instead."""
+    tests on the test double instead (so does TENSORFOLD_TEST_API_ENGINE=fake)."""
+    if os.environ.get("TENSORFOLD_TEST_API_ENGINE") == "fake":
+        return FakeEngine()
+    from tensorfold.engine.client import EngineClient
+
     return EngineClient(request.getfixturevalue("tiny_model"), EngineConfig(dtype="float32", device="cpu"))
 
 

@@ -2,7 +2,7 @@
 tensorfold.api.
 
 It has the EngineClient interface (tokenizer, context_length, model_name,
-generate, health) and yields deterministic deltas, so these tests can check
+generate, health, and optionally kv_plan) and yields deterministic deltas, so these tests can check
 the HTTP edge (framing, validation, envelopes, passthrough of fields) without
 a model. It also records what reached it (`requests`, `aborted`,
 `tokenizer.renders`) and fails on request when the prompt carries a marker:
@@ -19,8 +19,10 @@ refuses a system message after the first position.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -70,13 +72,24 @@ class FakeTokenizer:
                                     add_generation_prompt=add_generation_prompt, **template_kwargs)
 
 
+@dataclass(frozen=True)
+class FakeKVPlan:
+    """What the API reads of the engine's KV plan (engine/capacity.py KVPlan)."""
+
+    num_blocks: int
+    block_size: int
+    context_length: int
+    limited_by_memory: bool
+
+
 class FakeEngine:
     model_name = "fake-model"
 
     def __init__(self, context_length: int = 512,
                  reply: str = "Hello from the fake engine. This reply is deterministic.",
-                 chunk: int = 5) -> None:
+                 chunk: int = 5, kv_plan: FakeKVPlan | None = None) -> None:
         self.context_length = context_length
+        self.kv_plan = kv_plan
         self.tokenizer = FakeTokenizer()
         self.reply = reply
         self.chunk = chunk
@@ -84,11 +97,20 @@ class FakeEngine:
         self.aborted: list[str] = []
         self.finished: list[str] = []
         self.running = 0
+        self.prompt_tokens = 0          # of ended requests, as the engine counts them
+        self.completion_tokens = 0      # every delta's tokens, as they stream
+        self.extra_health: dict[str, Any] = {}    # keys a test adds to health()
 
     def health(self) -> dict[str, Any]:
-        return {"busy": self.running > 0, "requests_running": self.running,
-                "requests_total": len(self.requests), "prompt_tokens_total": 0,
-                "completion_tokens_total": 0, "prefill_seconds_total": 0.0, "decode_seconds_total": 0.0}
+        """The keys of engine/counters.py Counters.snapshot(), plus `extra_health`."""
+        return {"requests_running": self.running, "requests_waiting": 0,
+                "requests_total": len(self.requests), "prompt_tokens_total": self.prompt_tokens,
+                "cached_tokens_total": 0, "completion_tokens_total": self.completion_tokens,
+                "prefill_seconds_total": 0.001 * len(self.finished),
+                "decode_seconds_total": 0.002 * len(self.finished),
+                "rounds_total": self.completion_tokens, "preemptions_total": 0,
+                "streams_decoding": self.running, "streams_prefilling": 0, "streams_maximum": 4,
+                "kv_blocks_used": self.running, "busy": self.running > 0, **self.extra_health}
 
     def request(self, request_id: str) -> Request:
         return next(r for r in self.requests if r.id == request_id)
@@ -115,6 +137,16 @@ class FakeEngine:
                       stop_string=stop, error=error)
 
     async def generate(self, request: Request) -> AsyncIterator[Delta]:
+        """The deltas of `_deltas`, counted into health() as they pass."""
+        try:
+            async with contextlib.aclosing(self._deltas(request)) as deltas:
+                async for delta in deltas:
+                    self.completion_tokens += len(delta.token_ids)
+                    yield delta
+        finally:
+            self.prompt_tokens += len(request.prompt)
+
+    async def _deltas(self, request: Request) -> AsyncIterator[Delta]:
         self.requests.append(request)
         self.running += 1
         done = False

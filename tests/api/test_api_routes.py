@@ -1,4 +1,4 @@
-"""Routes and HTTP-level errors: /v1/models, /health, 404, 405, 413, 401, unknown model."""
+"""Routes and HTTP-level errors: /v1/models, /health, /metrics, 404, 405, 413, 401, unknown model."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from tests.api.api_helpers import CHAT, COMPLETIONS, HELLO, assert_envelope
+from tests.api.api_helpers import CHAT, COMPLETIONS, HELLO, assert_envelope, parse_prometheus
 from tests.api.conftest import ALIAS, API_KEY, MAX_BODY
 
 
@@ -34,6 +34,21 @@ def test_health_reports_model_window_and_counters(http, server):
     for key in ("busy", "requests_running", "requests_total", "prompt_tokens_total",
                 "completion_tokens_total", "prefill_seconds_total", "decode_seconds_total"):
         assert key in body, key
+    streams = {k[len("streams_"):]: v for k, v in body.items() if k.startswith("streams_")}
+    assert body.get("streams") == (streams or None)
+
+
+def test_metrics_are_the_health_counters_as_prometheus_text(http, server):
+    r = http.get("/metrics")
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    families = parse_prometheus(r.text)
+    health = http.get("/health").json()
+    for key, value in health.items():
+        if isinstance(value, (bool, int, float)) and key != "context_length":
+            assert families[f"tensorfold_{key}"].type == ("counter" if key.endswith("_total") else "gauge"), key
+    assert families["tensorfold_context_length"].value == server.engine.context_length
+    assert families["tensorfold_info"].samples[0][0]["model"] == server.served_id
 
 
 @pytest.mark.parametrize("method, path", [("GET", "/v1/nope"), ("POST", "/v1/chat"), ("GET", "/"),

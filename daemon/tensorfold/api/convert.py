@@ -3,7 +3,10 @@
 The only module that sees both the schemas and the engine types. Everything
 that can be refused once the body is valid is refused here, before any token:
 a chat template that rejects the conversation, out-of-vocabulary prompt ids,
-and a prompt plus reply limit that does not fit the served window.
+and a prompt plus reply limit that does not fit the served window (saying so
+when the window was cut to the memory the KV cache got). A chat request's
+priority is decided here too: priority.py (a session-title request is
+background work unless the body names a priority).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from ..engine.sampler import derive_seed
 from ..engine.types import Priority, Request, SamplingParams
 from . import errors
 from .messages import demote_later_system, template_messages
+from .priority import request_priority
 from .schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
 
 # Keys of chat_template_kwargs that would collide with render_chat's own
@@ -52,8 +56,9 @@ def chat_request(body: ChatCompletionRequest, engine: Engine, config: ServerConf
     else:
         explicit, param = body.max_tokens, "max_tokens"
     limit = fit_reply_limit(len(prompt), engine.context_length, explicit, param,
-                            config.max_tokens, prompt_param="messages")
-    return build_request(request_id, prompt, body, config.sampling, limit)
+                            config.max_tokens, prompt_param="messages", memory_limited=memory_limited(engine))
+    return build_request(request_id, prompt, body, config.sampling, limit,
+                         request_priority(body.priority, messages))
 
 
 def completion_request(body: CompletionRequest, engine: Engine, config: ServerConfig,
@@ -68,7 +73,7 @@ def completion_request(body: CompletionRequest, engine: Engine, config: ServerCo
     if not prompt:
         raise errors.invalid("Invalid 'prompt': it encodes to no tokens", param="prompt")
     limit = fit_reply_limit(len(prompt), engine.context_length, body.max_tokens, "max_tokens",
-                            config.max_tokens, prompt_param="prompt")
+                            config.max_tokens, prompt_param="prompt", memory_limited=memory_limited(engine))
     return build_request(request_id, prompt, body, config.sampling, limit)
 
 
@@ -114,24 +119,41 @@ def check_token_ids(ids: Sequence[int], vocab_size: int) -> list[int]:
 
 
 def fit_reply_limit(prompt_tokens: int, context: int, explicit: int | None, param: str,
-                    default: int | None, *, prompt_param: str) -> int:
+                    default: int | None, *, prompt_param: str, memory_limited: bool = False) -> int:
     """The reply limit: an explicit one must fit (SPEC 0.3.5: refuse, never cap);
-    otherwise the server default (or the whole remaining window), capped to it."""
+    otherwise the server default (or the whole remaining window), capped to it.
+    `memory_limited`: the window is smaller than the model's because the KV
+    cache got less memory than a full window needs; a refusal then says so."""
     room = context - prompt_tokens
     if room < 1:
         raise errors.invalid(
             f"The prompt has {prompt_tokens} tokens, which leaves no room for a reply in the "
-            f"{context}-token context; shorten the prompt by at least {_tokens(prompt_tokens - context + 1)}",
+            f"{context}-token context; shorten the prompt by at least {_tokens(prompt_tokens - context + 1)}"
+            + _memory_note(context, memory_limited),
             param=prompt_param, code=errors.CONTEXT_LENGTH)
     if explicit is not None:
         if explicit > room:
             raise errors.invalid(
                 f"The prompt has {prompt_tokens} tokens and {param} is {explicit}, which exceeds the "
                 f"{context}-token context by {explicit - room}; lower {param} to at most {room} "
-                "or shorten the prompt",
+                "or shorten the prompt" + _memory_note(context, memory_limited),
                 param=param, code=errors.CONTEXT_LENGTH)
         return explicit
     return room if default is None else min(default, room)
+
+
+def memory_limited(engine: Any) -> bool:
+    """Whether the engine's window was cut to the memory its KV cache got
+    (an engine without a `kv_plan` reports nothing: False)."""
+    plan = getattr(engine, "kv_plan", None)
+    return bool(getattr(plan, "limited_by_memory", False))
+
+
+def _memory_note(context: int, limited: bool) -> str:
+    if not limited:
+        return ""
+    return (f". The {context}-token context is limited by the memory available for the KV cache; "
+            "a larger --kv-memory, or freeing memory before starting the server, raises it")
 
 
 def _tokens(n: int) -> str:
@@ -153,7 +175,11 @@ def sampling_params(body: GenerationRequest, defaults: SamplingDefaults, prompt:
 
 
 def build_request(request_id: str, prompt: list[int], body: GenerationRequest,
-                  defaults: SamplingDefaults, max_tokens: int) -> Request:
+                  defaults: SamplingDefaults, max_tokens: int, priority: Priority | None = None) -> Request:
+    """`priority`: the one decided for the request (chat: priority.py); None
+    takes the body's, foreground when it has none."""
+    if priority is None:
+        priority = Priority(body.priority) if body.priority else Priority.FOREGROUND
     return Request(
         id=request_id,
         prompt=prompt,
@@ -161,5 +187,5 @@ def build_request(request_id: str, prompt: list[int], body: GenerationRequest,
         max_tokens=max_tokens,
         stop=tuple(body.stop),
         ignore_eos=bool(body.ignore_eos),
-        priority=Priority(body.priority) if body.priority else Priority.FOREGROUND,
+        priority=priority,
     )

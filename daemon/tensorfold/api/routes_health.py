@@ -1,11 +1,15 @@
-"""GET /health: status, the served model, the served window and the engine's
-counters (busy, requests_running, requests_total, token and time totals) that
-a poller can difference into rates."""
+"""GET /health and GET /metrics: the engine's counters (busy, requests
+running and waiting, token and time totals a poller can difference into
+rates, streams under --parallel), the served model and the served window;
+as JSON, and as Prometheus text (metrics.py). Neither asks for the API key:
+only /v1/* routes do."""
 
 from __future__ import annotations
 
 from quart import Blueprint, Response
 
+from .. import __version__
+from . import metrics
 from .sse import json_response
 from .state import get_state
 
@@ -15,6 +19,14 @@ bp = Blueprint("health", __name__)
 @bp.get("/health")
 async def health() -> Response:
     state = get_state()
-    body = {**state.engine.health(), "status": "ok", "model": state.served_id,
-            "aliases": list(state.aliases), "context_length": state.engine.context_length}
-    return json_response(body)
+    return json_response(metrics.health_body(
+        state.engine.health(), model=state.served_id, aliases=list(state.aliases), version=__version__,
+        context_length=state.engine.context_length))
+
+
+@bp.get("/metrics")
+async def prometheus() -> Response:
+    state = get_state()
+    text = metrics.exposition(state.engine.health(), model=state.served_id, version=__version__,
+                              context_length=state.engine.context_length)
+    return Response(text, status=200, content_type=metrics.CONTENT_TYPE)

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import torch
 
-from ..backends.torch.kv import Segment
 from ..backends.torch.runner import TorchRunner
 from ..checkpoints.tokenizer import Tokenizer
-from ..config import EngineConfig
-from .loop import Engine
+from ..config import AUTO_LANES, EngineConfig
+from .capacity import GiB, plan_kv
+from .loop import Engine, EngineLimits
 from .types import Delta, Request
 
 log = logging.getLogger(__name__)
@@ -33,11 +33,17 @@ class EngineClient:
         self.model_name = folder.name
         self.tokenizer = Tokenizer(folder)
         self.runner = TorchRunner(folder, dtype=config.dtype, device=config.device)
-        limit = self.runner.max_positions
-        if config.context is not None and config.context > limit:
-            raise ValueError(f"--context {config.context} exceeds the model's limit of {limit} positions")
-        self.context_length = config.context or limit
-        self.engine = Engine(self.runner, self.tokenizer, Segment)
+        lanes = config.parallel or AUTO_LANES
+        budget = int(config.kv_memory * GiB) if config.kv_memory else self.runner.free_memory()
+        plan = plan_kv(self.runner.kv_bytes_per_token(), self.runner.max_positions, config.context,
+                       lanes, config.block_size, budget)
+        self.context_length = plan.context_length
+        self.kv_plan = plan
+        self.lanes = lanes
+        self.engine = Engine(self.runner, self.tokenizer, EngineLimits(
+            lanes=lanes, num_blocks=plan.num_blocks, block_size=plan.block_size,
+            prefill_chunk=config.prefill_chunk, background_chunk=config.background_chunk,
+            decode_share=config.decode_share))
 
     def start(self) -> None:
         self.engine.start()

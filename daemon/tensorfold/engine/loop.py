@@ -1,4 +1,4 @@
-"""The engine thread: admit -> schedule -> forward -> sample -> emit, one round at a time."""
+"""The engine thread: admit -> plan -> forward -> sample -> emit, one round at a time."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
+from .cache import BlockCache
+from .counters import Counters
 from .sampler import sample
-from .scheduler import Scheduler
+from .scheduler import Plan, Scheduler
 from .sequence import Sequence
 from .text import ReplyText
 from .types import Delta, FinishReason, Request
@@ -24,37 +26,31 @@ log = logging.getLogger(__name__)
 class Backend(Protocol):
     vocab_size: int
 
-    def new_kv(self, capacity: int) -> Any: ...
+    def allocate_kv(self, num_blocks: int, block_size: int) -> None: ...
+    def segment(self, blocks: list[int], start: int, rows: int) -> Any: ...
     def forward(self, tokens: list[int], segments: list[Any], out_rows: list[int]) -> torch.Tensor: ...
 
 
-@dataclass(slots=True)
-class Counters:
-    """Totals for /health: written by the engine thread only, read by any."""
-
-    requests_running: int = 0
-    requests_waiting: int = 0
-    requests_total: int = 0
-    prompt_tokens_total: int = 0
-    completion_tokens_total: int = 0
-    prefill_seconds_total: float = 0.0
-    decode_seconds_total: float = 0.0
-    rounds_total: int = 0
-
-    def snapshot(self) -> dict[str, int | float | bool]:
-        out: dict[str, int | float | bool] = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["busy"] = self.requests_running > 0
-        return out
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    lanes: int
+    num_blocks: int
+    block_size: int
+    prefill_chunk: int = 256
+    background_chunk: int = 64
+    decode_share: float = 0.25
 
 
 class Engine:
-    def __init__(self, backend: Backend, tokenizer: Any, segment_type: Callable[..., Any]) -> None:
+    def __init__(self, backend: Backend, tokenizer: Any, limits: EngineLimits) -> None:
         self.backend = backend
         self.tokenizer = tokenizer
-        self.segment = segment_type
-        self.scheduler = Scheduler(lanes=1)
-        self.counters = Counters()
-        self._inbox: queue.SimpleQueue[Sequence | None] = queue.SimpleQueue()
+        self.limits = limits
+        self.cache = BlockCache(limits.num_blocks, limits.block_size)
+        backend.allocate_kv(limits.num_blocks, limits.block_size)
+        self.scheduler = Scheduler(limits.lanes, limits.decode_share)
+        self.counters = Counters(streams_maximum=limits.lanes)
+        self._inbox: queue.SimpleQueue[Sequence | Callable[[], None] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="tensorfold-engine", daemon=True)
         self._stopping = False
 
@@ -77,6 +73,12 @@ class Engine:
         seq.aborted = True
         self._inbox.put(None)        # wake the loop if it is idle
 
+    def call(self, fn: Callable[[], None]) -> None:
+        """Run `fn` on the engine thread between rounds (maintenance, tests)."""
+        done = threading.Event()
+        self._inbox.put(lambda: (fn(), done.set()))
+        done.wait()
+
     # -- the engine thread ---------------------------------------------------------
     def _run(self) -> None:
         torch.set_grad_enabled(False)
@@ -84,62 +86,158 @@ class Engine:
             self._take_inbox(block=self.scheduler.idle)
             for seq in self.scheduler.drop_aborted():
                 self._release(seq)
-            for seq in self.scheduler.admit():
-                seq.t_start = time.perf_counter()
-                self.counters.requests_waiting -= 1
-                self.counters.requests_running += 1
-            for seq in list(self.scheduler.running):
-                self._step(seq)
+            self._admit()
+            self._sync_counts()
+            plan = self.scheduler.plan()
+            if plan.prefill is not None or plan.decode:
+                self._round(plan)
 
     def _take_inbox(self, block: bool) -> None:
         try:
             item = self._inbox.get(block=block)
             while True:
-                if item is not None:
+                if isinstance(item, Sequence):
                     self.scheduler.add(item)
                     self.counters.requests_total += 1
-                    self.counters.requests_waiting += 1
+                elif item is not None:
+                    item()
                 item = self._inbox.get_nowait()
         except queue.Empty:
             pass
 
-    def _step(self, seq: Sequence) -> None:
-        """One round for one sequence: its prefill, or one decoded token."""
+    def _admit(self) -> None:
+        s = self.scheduler
+        while (seq := s.next_waiting()) is not None:
+            if s.lane_free and self._reserve(seq):
+                s.admit(seq)
+                seq.t_start = seq.t_start or time.perf_counter()
+                continue
+            victim = None if seq.background else s.victim()
+            if victim is None:
+                return
+            self._preempt(victim)
+
+    def _reserve(self, seq: Sequence) -> bool:
+        """Take the KV blocks `seq` needs: cached prompt blocks, then fresh ones for the rest."""
+        cache, prompt = self.cache, seq.request.prompt
+        matched, cid = cache.match(prompt, limit=(len(prompt) - 1) // cache.block_size)
+        need = cache.blocks_for(len(prompt) + seq.request.max_tokens) - len(matched)
+        if need > cache.available:
+            cache.release(matched)
+            return False
+        seq.blocks = matched + cache.allocate(need)
+        seq.computed = len(matched) * cache.block_size
+        seq.parent_cid, seq.registered = cid, len(matched)
+        if not seq.counted_prompt:
+            seq.cached_tokens = seq.computed
+        return True
+
+    def _preempt(self, seq: Sequence) -> None:
+        log.info("request %s (background) yields its lane; it will replay", seq.request.id)
+        self.scheduler.requeue(seq)
+        self.cache.release(seq.blocks)
+        seq.preempt()
+        self.counters.preemptions_total += 1
+
+    def _round(self, plan: Plan) -> None:
+        t0 = time.perf_counter()
+        seqs = [plan.prefill] if plan.prefill is not None else plan.decode or []
         try:
-            t0 = time.perf_counter()
-            if not seq.prefilled:
-                prompt = seq.request.prompt
-                seq.kv = self.backend.new_kv(len(prompt) + seq.request.max_tokens)
-                logits = self.backend.forward(prompt, [self.segment(seq.kv, 0, len(prompt))], [len(prompt) - 1])
+            if plan.prefill is not None:
+                sampled = self._prefill_chunk(plan.prefill)
             else:
-                logits = self.backend.forward([seq.generated[-1]], [self.segment(seq.kv, seq.position, 1)], [0])
-            token = sample(logits[0], seq.request.sampling, len(seq.generated))
-            now = time.perf_counter()
-            c = self.counters
-            if not seq.prefilled:
-                seq.prefilled, seq.t_first, seq.prefill_seconds = True, now, now - t0
-                c.prefill_seconds_total += now - t0
-                c.prompt_tokens_total += len(seq.request.prompt)
-            else:
-                seq.decode_seconds += now - t0
-                c.decode_seconds_total += now - t0
-            c.rounds_total += 1
-            c.completion_tokens_total += 1
+                sampled = self._decode(plan.decode or [])
+        except Exception as exc:  # a failed forward ends the replies in it, nothing else
+            log.exception("round failed")
+            for seq in seqs:
+                self._fail(seq, f"generation failed: {exc}")
+            return
+        elapsed = time.perf_counter() - t0
+        self.scheduler.spent(plan, elapsed)
+        c = self.counters
+        c.rounds_total += 1
+        if plan.prefill is not None:
+            plan.prefill.prefill_seconds += elapsed
+            c.prefill_seconds_total += elapsed
+        else:
+            c.decode_seconds_total += elapsed
+        for seq, token in sampled:
+            self._take(seq, token)
+
+    def _prefill_chunk(self, seq: Sequence) -> list[tuple[Sequence, int]]:
+        prompt, lim = seq.request.prompt, self.limits
+        start = seq.computed
+        end = min(len(prompt), start + (lim.background_chunk if seq.background else lim.prefill_chunk))
+        seg = self.backend.segment(seq.blocks, start, end - start)
+        logits = self.backend.forward(prompt[start:end], [seg], [end - start - 1])
+        seq.computed = end
+        self._register(seq)
+        if end < len(prompt):
+            return []
+        return [(seq, sample(logits[0], seq.request.sampling, len(seq.generated)))]
+
+    def _decode(self, seqs: list[Sequence]) -> list[tuple[Sequence, int]]:
+        tokens = [s.generated[-1] for s in seqs]
+        segments = [self.backend.segment(s.blocks, s.computed, 1) for s in seqs]
+        logits = self.backend.forward(tokens, segments, list(range(len(seqs))))
+        out = []
+        for i, seq in enumerate(seqs):
+            seq.computed += 1
+            self._register(seq)
+            out.append((seq, sample(logits[i], seq.request.sampling, len(seq.generated))))
+        return out
+
+    def _register(self, seq: Sequence) -> None:
+        """Offer every newly completed block of `seq` to the prefix cache."""
+        B, tokens = self.cache.block_size, None
+        while seq.registered < seq.computed // B:
+            tokens = tokens or seq.tokens
+            i = seq.registered
+            seq.parent_cid = self.cache.register(seq.blocks[i], seq.parent_cid, tokens[i * B:(i + 1) * B])
+            seq.registered += 1
+
+    def _take(self, seq: Sequence, token: int) -> None:
+        """One sampled token: check it when replaying, else send it."""
+        c = self.counters
+        if not seq.t_first:
+            seq.t_first = time.perf_counter()
+        if not seq.counted_prompt:
+            seq.counted_prompt = True
+            c.prompt_tokens_total += len(seq.request.prompt)
+            c.cached_tokens_total += seq.cached_tokens
+        try:
             delta = seq.accept(token)
-        except Exception as exc:  # a failed round ends this reply only
+        except Exception as exc:
             log.exception("request %s failed", seq.request.id)
-            delta = seq.finish(FinishReason.ERROR, error=f"generation failed: {exc}")
-        if seq.done:          # counters settle before the client hears the end
+            self._fail(seq, str(exc))
+            return
+        if delta is None:
+            return
+        c.completion_tokens_total += 1
+        if seq.done:           # counters settle before the client hears the end
             self._release(seq)
         seq.emit(delta)
 
+    def _fail(self, seq: Sequence, message: str) -> None:
+        delta = seq.finish(FinishReason.ERROR, error=message)
+        self._release(seq)
+        seq.emit(delta)
+
     def _release(self, seq: Sequence) -> None:
-        """Free a finished or abandoned sequence (the engine thread owns the counters)."""
+        """Free a finished or abandoned sequence."""
         if seq in self.scheduler.running:
             self.scheduler.retire(seq)
-        if seq.t_start:
-            self.counters.requests_running -= 1
-        else:
-            self.counters.requests_waiting -= 1
-        seq.kv = None
+        elif seq in self.scheduler.waiting:
+            self.scheduler.waiting.remove(seq)
+        if seq.blocks:
+            self.cache.release(seq.blocks)
+            seq.blocks = []
         seq.done = True
+        self._sync_counts()
+
+    def _sync_counts(self) -> None:
+        """Running, waiting and stream counts from the scheduler (before any reply ends)."""
+        s, c = self.scheduler, self.counters
+        c.requests_running, c.requests_waiting = len(s.running), len(s.waiting)
+        c.streams_decoding, c.streams_prefilling = len(s.decoding()), len(s.prefilling())
+        c.kv_blocks_used = self.cache.used

@@ -6,10 +6,14 @@ import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from .cache import ROOT
 from .text import ReplyText
-from .types import Delta, Finish, FinishReason, Request, Stats, Usage
+from .types import Delta, Finish, FinishReason, Priority, Request, Stats, Usage
+
+
+class ReplayDiverged(RuntimeError):
+    """A replayed reply drew a different token than it sent before preemption."""
 
 
 @dataclass(slots=True)
@@ -18,25 +22,45 @@ class Sequence:
     emit: Callable[[Delta], None]
     text: ReplyText
     eos_ids: frozenset[int]
-    kv: Any = None                       # the backend's KV handle while running
     generated: list[int] = field(default_factory=list)
-    prefilled: bool = False
+    blocks: list[int] = field(default_factory=list)   # KV block table while admitted
+    computed: int = 0                    # positions whose KV is in the pool
+    cached_tokens: int = 0               # prompt positions found in the prefix cache
+    parent_cid: int = ROOT               # content id of the last registered block
+    registered: int = 0                  # leading blocks registered in the prefix cache
+    replay: list[int] = field(default_factory=list)   # tokens sent before a preemption
     aborted: bool = False                # set from the client's thread
     done: bool = False
+    counted_prompt: bool = False         # prompt counters taken (not again on replay)
     t_submit: float = field(default_factory=time.perf_counter)
-    t_start: float = 0.0                 # admitted to a lane
+    t_start: float = 0.0                 # first admitted to a lane
     t_first: float = 0.0                 # first reply token sampled
     prefill_seconds: float = 0.0
-    decode_seconds: float = 0.0
 
     @property
-    def position(self) -> int:
-        """Absolute position of the next token to feed (prompt + reply so far - 1)."""
-        return len(self.request.prompt) + len(self.generated) - 1
+    def background(self) -> bool:
+        return self.request.priority == Priority.BACKGROUND
 
-    def accept(self, token: int) -> Delta:
-        """Append one sampled token; return the delta to send (finished when the reply ends)."""
+    @property
+    def prefilled(self) -> bool:
+        return self.computed >= len(self.request.prompt)
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.request.prompt + self.generated
+
+    @property
+    def replaying(self) -> bool:
+        return len(self.generated) < len(self.replay)
+
+    def accept(self, token: int) -> Delta | None:
+        """Append one sampled token; the delta to send, or None while replaying."""
+        i = len(self.generated)
         self.generated.append(token)
+        if i < len(self.replay):
+            if token != self.replay[i]:
+                raise ReplayDiverged(f"replayed position {i} drew token {token}, not {self.replay[i]}")
+            return None
         req = self.request
         if token in self.eos_ids and not req.ignore_eos:
             return self.finish(FinishReason.STOP, self.text.finish(), new_tokens=[token])
@@ -47,20 +71,28 @@ class Sequence:
             return self.finish(FinishReason.LENGTH, step.text + self.text.finish(), new_tokens=[token])
         return Delta(text=step.text, token_ids=[token])
 
+    def preempt(self) -> None:
+        """Give up the lane: replay from the prompt later, checking what was sent."""
+        self.replay = self.replay if len(self.replay) > len(self.generated) else list(self.generated)
+        self.generated = []
+        self.blocks, self.computed, self.parent_cid, self.registered = [], 0, ROOT, 0
+
     def finish(self, reason: FinishReason, text: str = "", stop_string: str | None = None,
                error: str | None = None, new_tokens: list[int] | None = None) -> Delta:
         self.done = True
         tokens = self.generated
-        n_decode = max(len(tokens) - 1, 0)
+        now = time.perf_counter()
+        decode_seconds = (now - self.t_first) if self.t_first else 0.0
         stats = Stats(
             token_sha=token_sha(tokens),
             time_to_first_token=(self.t_first - self.t_submit) if self.t_first else 0.0,
             prefill_seconds=self.prefill_seconds,
-            decode_seconds=self.decode_seconds,
-            decode_tokens_per_second=(n_decode / self.decode_seconds) if self.decode_seconds > 0 else None,
+            decode_seconds=decode_seconds,
+            decode_tokens_per_second=((len(tokens) - 1) / decode_seconds) if decode_seconds > 0 else None,
             queued_seconds=(self.t_start - self.t_submit) if self.t_start else 0.0,
         )
-        usage = Usage(prompt_tokens=len(self.request.prompt), completion_tokens=len(tokens))
+        usage = Usage(prompt_tokens=len(self.request.prompt), completion_tokens=len(tokens),
+                      cached_tokens=self.cached_tokens)
         fin = Finish(reason=reason, usage=usage, stats=stats, stop_string=stop_string, error=error)
         return Delta(text=text, token_ids=new_tokens or [], finish=fin)
 

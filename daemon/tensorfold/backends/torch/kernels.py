@@ -1,48 +1,357 @@
-"""The few tensor operations the model files share.
+"""The few tensor operations the model files share, made shape-invariant.
 
-Every model family computes its linears and attention through these, so the
-engine's exactness rules (shape-invariant forwards) live in one place.
+Every model family computes its linears, norms, activations and attention
+through these, so the engine's exactness rule lives in one place: a row's
+(a position's) result is bitwise identical however many rows the call
+carries, wherever the row sits in the batch, whatever the other rows hold,
+and (attention) however the prompt was chunked and however many unused KV
+blocks follow.
+
+How each operation gets there:
+
+- Library matmuls choose their kernel, blocking and thread split from the
+  call's shape, so a row's bits depend on how many rows came with it.  Every
+  matmul here is therefore issued with ONE fixed shape per weight (and per
+  attention head group): the rows are cut into fixed tiles padded with zeros.
+  What is left to trust is that, inside a call of a fixed shape, a row's
+  result does not depend on its slot or on the other rows; the tests check
+  exactly that, at 1 and 2 threads, for fp32 and bf16.
+- Elementwise transcendental ops take different code paths (vector body,
+  scalar tail, thread chunk edges) for different elements of one tensor.
+  exp is built here from IEEE basic operations (+ - * /, round, clamp, bit
+  tricks), each correctly rounded whatever the path, so each element's bits
+  depend on its value only.
+- Reductions whose order the library picks (sum, mean, softmax) are replaced
+  by an exact max and by ordered sequential sums (cumsum walks its axis in
+  order), whose order depends only on the reduced length we fix.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import weakref
+
 import torch
 import torch.nn.functional as F
 
+log = logging.getLogger(__name__)
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x [rows, in] @ weight.T [in, out] (+ bias) -> [rows, out]."""
-    return F.linear(x, weight, bias)
+# Rows per linear call.  Every library matmul for a weight runs on exactly
+# this many rows (the last tile padded with zeros).
+LINEAR_TILE = 16
+# Query rows per attention call, and keys per attention call (a multiple of
+# the cache's block size is used: ceil(ATTN_KEY_CHUNK / B) blocks).
+ATTN_ROW_TILE = 8
+ATTN_KEY_CHUNK = 512
+# Largest row count a "direct" (probed) linear call may carry; bigger calls
+# are cut into pieces of this size so that only probed shapes ever run.
+DIRECT_MAX_ROWS = 256
 
+_NEG_INF = float("-inf")
+
+
+# --------------------------------------------------------------------------
+# linear
+# --------------------------------------------------------------------------
+
+# (out, in, dtype, device type, threads) -> max rows of a direct call; keys
+# absent mean "tiled".  Filled by probe_linear_invariance.
+_DIRECT: dict[tuple, int] = {}
+# (id(weight), tile) -> (weakref to weight, MKL-packed weight for tile rows)
+_PACKED: dict[tuple[int, int], tuple[weakref.ref, torch.Tensor]] = {}
+_pack_fp32 = True
+
+
+def _mkl_packing_available() -> bool:
+    try:
+        return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
+    except Exception:  # pragma: no cover - exotic builds
+        return False
+
+
+_HAVE_MKL_PACK = _mkl_packing_available()
+
+
+def set_linear_packing(enabled: bool) -> None:
+    """Use MKL-packed fp32 weights for the tiles (about 2x faster small tiles,
+    one extra copy of every fp32 weight in memory).  Set it once, before the
+    first forward: packed and unpacked tiles need not round alike."""
+    global _pack_fp32
+    _pack_fp32 = enabled
+    _PACKED.clear()
+
+
+def _packed(weight: torch.Tensor, tile: int) -> torch.Tensor | None:
+    if not (_pack_fp32 and _HAVE_MKL_PACK and weight.dtype == torch.float32
+            and weight.device.type == "cpu" and weight.dim() == 2 and weight.is_contiguous()):
+        return None
+    key = (id(weight), tile)
+    hit = _PACKED.get(key)
+    if hit is not None and hit[0]() is weight:
+        return hit[1]
+    try:
+        with torch.inference_mode():
+            packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, tile)
+    except Exception:  # pragma: no cover - op missing at run time
+        return None
+    _PACKED[key] = (weakref.ref(weight), packed)
+    weakref.finalize(weight, _PACKED.pop, key, None)
+    return packed
+
+
+def _tile_matmul(tile: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """One library matmul on exactly tile.shape[0] rows."""
+    packed = _packed(weight, tile.shape[0])
+    if packed is not None:
+        return torch.ops.mkl._mkl_linear(tile, packed, weight, bias, tile.shape[0])
+    return F.linear(tile, weight, bias)
+
+
+def _plan_key(weight: torch.Tensor) -> tuple:
+    return (weight.shape[0], weight.shape[1], weight.dtype, weight.device.type, torch.get_num_threads())
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           tile: int | None = None) -> torch.Tensor:
+    """x [rows, in] @ weight.T [in, out] (+ bias) -> [rows, out], row-invariant.
+
+    The rows are cut into tiles of exactly `tile` rows (default LINEAR_TILE;
+    the last padded with zeros, every tile 64-byte aligned), so the library
+    always sees one shape for this weight.  The tile is a per-weight choice:
+    pass the same value on every call with this weight (e.g. a smaller tile
+    for a memory-bound lm head that sees few rows).  A weight whose shape a
+    probe found M-invariant (probe_linear_invariance) is called directly
+    instead, in pieces of at most the probed row count.
+    """
+    lead = x.shape[:-1]
+    x = x.reshape(-1, x.shape[-1])
+    rows = x.shape[0]
+    direct = _DIRECT.get(_plan_key(weight))
+    if direct is not None:
+        if rows <= direct:
+            out = F.linear(x, weight, bias)
+        else:
+            out = torch.cat([F.linear(x[s:s + direct], weight, bias) for s in range(0, rows, direct)])
+        return out.reshape(*lead, -1)
+    T = tile or LINEAR_TILE
+    tiles = -(-rows // T)
+    step_aligned = (T * x.shape[1] * x.element_size()) % 64 == 0
+    if rows == tiles * T and x.is_contiguous() and x.data_ptr() % 64 == 0 and step_aligned:
+        xp = x
+    else:
+        xp = x.new_zeros((tiles * T, x.shape[1]))
+        xp[:rows] = x
+    if not step_aligned:  # each tile gets its own aligned buffer
+        parts = [_tile_matmul(xp[t * T:(t + 1) * T].clone(), weight, bias) for t in range(tiles)]
+    else:
+        parts = [_tile_matmul(xp[t * T:(t + 1) * T], weight, bias) for t in range(tiles)]
+    out = parts[0] if tiles == 1 else torch.cat(parts)
+    return out[:rows].reshape(*lead, -1)
+
+
+def probe_linear_invariance(weight_shapes, dtype: torch.dtype, device: str | torch.device = "cpu",
+                            max_rows: int = DIRECT_MAX_ROWS, seed: int = 0) -> dict[tuple[int, int], bool]:
+    """Decide, per weight shape, whether the library matmul is row-invariant
+    here (this dtype, device and the current thread count) and may be called
+    directly; otherwise linear() keeps the fixed tiles.
+
+    weight_shapes: iterable of (out, in).  For each shape, random rows are
+    multiplied in calls of every row count 1..40 and of 48, 64, 96, 128, 192,
+    256 (up to max_rows), also starting at an odd row offset, and every row's
+    bits are compared with the same row in the largest call and in a 1-row
+    call.  A shape passes only if every comparison is bitwise equal; direct
+    calls are then cut into pieces of at most max_rows rows, so only probed
+    call sizes ever run.  This is evidence from a sample, not a construction:
+    the tiled path stays the default for every shape not probed.
+    """
+    device = torch.device(device)
+    threads = torch.get_num_threads()
+    counts = sorted({m for m in list(range(1, 41)) + [48, 64, 96, 128, 192, 256] if m <= max_rows} | {max_rows})
+    top = counts[-1]
+    gen = torch.Generator().manual_seed(seed)
+    result: dict[tuple[int, int], bool] = {}
+    for shape in dict.fromkeys(tuple(s) for s in weight_shapes):
+        out_f, in_f = shape
+        w = (torch.randn(out_f, in_f, generator=gen) / math.sqrt(in_f)).to(device=device, dtype=dtype)
+        x = torch.randn(top + 1, in_f, generator=gen).to(device=device, dtype=dtype)
+        with torch.inference_mode():
+            ref = F.linear(x[:top], w)
+            ok = all(torch.equal(F.linear(x[i:i + 1], w), ref[i:i + 1]) for i in (0, 1, top // 2, top - 1))
+            for m in counts:
+                if not ok:
+                    break
+                ok = torch.equal(F.linear(x[:m], w), ref[:m])
+                if ok and m < top and m in (1, 2, 3, 7, 16, 17, 33, 64):
+                    ok = torch.equal(F.linear(x[1:m + 1], w), F.linear(x[1:top + 1], w)[:m])
+        result[shape] = ok
+        key = (out_f, in_f, dtype, device.type, threads)
+        if ok:
+            _DIRECT[key] = top
+        else:
+            _DIRECT.pop(key, None)
+    direct = [f"{o}x{i}" for (o, i), ok in result.items() if ok]
+    tiled = [f"{o}x{i}" for (o, i), ok in result.items() if not ok]
+    log.info("linear invariance probe (%s, %s, %d threads): direct %s; tiled %s",
+             str(dtype).removeprefix("torch."), device.type, threads,
+             ", ".join(direct) or "none", ", ".join(tiled) or "none")
+    return result
+
+
+def reset_linear_plans() -> None:
+    """Forget every probe decision: all linears go back to fixed tiles."""
+    _DIRECT.clear()
+
+
+# --------------------------------------------------------------------------
+# exp from basic operations, silu
+# --------------------------------------------------------------------------
+
+_LOG2E = 1.4426950408889634
+# ln 2 split for Cody-Waite reduction: _LN2_HI has 9 significant bits, so
+# n * _LN2_HI is exact for |n| <= 2^15 and x - n * _LN2_HI is exact.
+_LN2_HI = 0.693359375
+_LN2_LO = -2.12194440e-4
+# exp(r) = 1 + r + r^2 * q(r) on |r| <= 0.3467; q's coefficients (fp32
+# values) from a weighted least-squares fit on Chebyshev nodes: the fp32
+# evaluation below is within 0.81 ulp of exp on the reduced range.
+_Q = (0.49999988079071045, 0.166665181517601, 0.041669536381959915,
+      0.008368941955268383, 0.001375131425447762)
+
+
+def exp_nonpositive(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    """exp(x) for fp32 x <= 0 (-inf allowed -> 0), from correctly rounded
+    basic operations only (no fused multiply-add), so each element's bits
+    depend on its value alone, not on where it sits in the tensor or how the
+    tensor is split into vector bodies, scalar tails and thread chunks.
+    Within 1 ulp of exp (0.25 ulp on average) for x >= -87 (results >= 2^-126,
+    fp32's normal range); from there to about -87.67 it gives the
+    correctly scaled subnormal of its polynomial, below that +0 (exp < 8e-39).
+    Masked keys (-inf) thus cost no subnormal arithmetic (a slow microcode
+    path on x86).
+
+    inplace=True overwrites x (contiguous fp32) with the result.  Large
+    inputs are processed in cache-sized slices (elementwise, so slicing
+    does not change any element's bits)."""
+    if not inplace:
+        x = x.to(dtype=torch.float32, memory_format=torch.contiguous_format, copy=True)
+    elif x.dtype != torch.float32 or not x.is_contiguous():
+        raise ValueError("exp_nonpositive(inplace=True) needs a contiguous fp32 tensor")
+    flat = x.view(-1)
+    n = flat.numel()
+    if n == 0:
+        return x
+    piece = min(n, _EXP_SLICE)
+    bufs = _exp_scratch(piece, x.device)
+    for s in range(0, n, piece):
+        e = min(n, s + piece)
+        _exp_slice(flat[s:e], *(b[:e - s] for b in bufs))
+    return x
+
+
+_EXP_SLICE = 1 << 16
+# Inputs are clamped here; round(-88 * log2 e) = -127, whose exponent
+# field is 0: the scale factor is +0.0, so exp(x <= -88) is exactly +0.
+_EXP_FLOOR = -88.0
+
+
+def _exp_scratch(piece: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    f32 = torch.float32
+    return tuple(torch.empty(piece, dtype=f32, device=device) for _ in range(3))
+
+
+def _exp_slice(x: torch.Tensor, n: torch.Tensor, t: torch.Tensor, p: torch.Tensor) -> None:
+    """x <- exp(x) on a contiguous fp32 slice; n, t, p are scratch of x's size."""
+    x.clamp_(min=_EXP_FLOOR)                            # NaN stays NaN
+    torch.mul(x, _LOG2E, out=n)
+    n.round_()                                          # n in [-127, 0]
+    torch.mul(n, _LN2_HI, out=t)
+    x.sub_(t)                                           # exact (Sterbenz)
+    torch.mul(n, _LN2_LO, out=t)
+    x.sub_(t)                                           # r, |r| <= ln2/2 (+tiny)
+    torch.mul(x, _Q[4], out=p)                          # Horner: q(r)
+    p.add_(_Q[3])
+    p.mul_(x)
+    p.add_(_Q[2])
+    p.mul_(x)
+    p.add_(_Q[1])
+    p.mul_(x)
+    p.add_(_Q[0])
+    torch.mul(x, x, out=t)
+    p.mul_(t)                                           # y = 1 + (r + r*r*q)
+    p.add_(x)
+    p.add_(1.0)
+    e = t.view(torch.int32)                             # 2^n from its bits; n = -127 -> +0.0
+    e.copy_(n)                                          # integral: exact
+    e.add_(127)
+    e.bitwise_left_shift_(23)
+    torch.mul(p, t, out=x)                              # exact unless the result is subnormal
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up, elementwise-exact: computed in fp32 (for fp32 and
+    bf16 inputs) as gate * s / (1 + e) * up with e = exp(-|gate|) and s = 1
+    (gate >= 0) or e (gate < 0), then cast back to gate's dtype once.
+    Processed in cache-sized slices (elementwise: no bit depends on them)."""
+    out = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+    g_all, u_all, o_all = gate.reshape(-1), up.reshape(-1), out.view(-1)
+    n = g_all.numel()
+    piece = max(1, min(n, _EXP_SLICE))
+    f32 = torch.float32
+    e_b, d_b = (torch.empty(piece, dtype=f32, device=gate.device) for _ in range(2))
+    scratch = _exp_scratch(piece, gate.device)
+    for s in range(0, n, piece):
+        m = min(n, s + piece) - s
+        g = g_all[s:s + m].to(f32)
+        e, den = e_b[:m], d_b[:m]
+        torch.abs(g, out=e)
+        e.neg_()
+        _exp_slice(e, *(b[:m] for b in scratch))        # exp(-|g|) in [0, 1]
+        torch.add(e, 1.0, out=den)                      # in [1, 2]
+        e.masked_fill_(g >= 0, 1.0)                     # sigmoid numerator
+        e.div_(den)                                     # sigmoid(g)
+        e.mul_(g)
+        e.mul_(u_all[s:s + m])                          # promotes bf16 up exactly
+        o_all[s:s + m] = e
+    return out
+
+
+# --------------------------------------------------------------------------
+# norms, rope
+# --------------------------------------------------------------------------
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm computed in fp32, returned in x's dtype (as Llama/Qwen define it)."""
+    """RMSNorm (Llama/Qwen): weight * (x / sqrt(mean(x^2) + eps)).to(x.dtype).
+
+    In fp32.  The squares are summed over the hidden axis by a pairwise tree
+    of elementwise adds (zero padded to a power of two), an order fixed by
+    the hidden size alone; mean, +eps, sqrt and 1/x are correctly rounded."""
     h = x.to(torch.float32)
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * h.to(x.dtype)
+    ss = _tree_sum(h * h)
+    ss.div_(h.shape[-1]).add_(eps).sqrt_().reciprocal_()
+    return weight * (h * ss).to(x.dtype)
+
+
+def _tree_sum(x: torch.Tensor) -> torch.Tensor:
+    """Sum over the last axis by halving elementwise adds: [..., n] -> [..., 1]."""
+    n = x.shape[-1]
+    width = 1 << max(0, (n - 1).bit_length())
+    if width != n:
+        x = F.pad(x, (0, width - n))
+    while width > 1:
+        width //= 2
+        x = x[..., :width] + x[..., width:]
+    return x
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding in the rotate-half layout.
-
-    x [heads, rows, head_dim]; cos, sin [rows, head_dim] (fp32).
+    """Rotary embedding in the rotate-half layout (elementwise mul/add: exact
+    per element).  x [heads, rows, head_dim]; cos, sin [rows, head_dim] (fp32).
     """
     half = x.shape[-1] // 2
     xf = x.to(torch.float32)
     rotated = torch.cat((-xf[..., half:], xf[..., :half]), dim=-1)
     return (xf * cos + rotated * sin).to(x.dtype)
-
-
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> torch.Tensor:
-    """One sequence's attention for rows at positions start..start+rows-1.
-
-    q [heads, rows, hd]; k, v [kv_heads, start+rows, hd] (the sequence's cache
-    through the last row).  Returns [rows, heads * hd].
-    """
-    rows, keys = q.shape[1], k.shape[1]
-    mask = torch.arange(keys).unsqueeze(0) <= (start + torch.arange(rows)).unsqueeze(1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-    return out.transpose(0, 1).reshape(rows, -1)
 
 
 def rope_tables(inv_freq: torch.Tensor, max_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,3 +360,197 @@ def rope_tables(inv_freq: torch.Tensor, max_positions: int) -> tuple[torch.Tenso
     angles = torch.outer(pos, inv_freq.to(torch.float64))
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos().to(torch.float32), angles.sin().to(torch.float32)
+
+
+# --------------------------------------------------------------------------
+# attention
+# --------------------------------------------------------------------------
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> torch.Tensor:
+    """The attention core on gathered keys.
+
+    q [heads, rows, hd] (positions start..start+rows-1); k, v
+    [nch, kvh, kc, hd] fp32: key j of chunk c is position c*kc + j,
+    positions >= start+rows hold zeros.
+    Returns [rows, heads*hd] in q's dtype.
+
+    The work is a list of items (query tile t of T rows, key chunk c <= the
+    last chunk the tile's rows can see), per kv head group of G query heads:
+      scores   one bmm of fixed shape [kvh, T*G, hd] x [kvh, hd, kc] per item;
+               a key always sits in the same column of a same-shaped call
+               (chunks are aligned to absolute positions), a query row's slot
+               in the tile is what varies.
+      max      exact (order-free) over the row's keys 0..p.
+      weights  exp_nonpositive(s - max), exactly 0 for masked keys.
+      values   one bmm of fixed shape [kvh, T*G, kc] x [kvh, kc, hd] per
+               item, and one [kvh, T*G, kc] x [kvh, kc, 1] (all ones) for
+               the chunk's weight sums.
+      chunks   summed in chunk order by a cumsum (sequential along its axis)
+               and read at the row's own chunk p // kc, so only chunks
+               0..p//kc count, in the same order for every call.
+    """
+    H, R, D = q.shape
+    nch, KVH, kc, _ = k.shape
+    G = H // KVH
+    T = ATTN_ROW_TILE
+    TG = T * G
+    ntiles = -(-R // T)
+    R_pad = ntiles * T
+    dev = q.device
+    f32 = torch.float32
+
+    # queries [ntiles, kvh, T*G, hd]: slot i*G + g holds row t*T+i of head kvh*G+g
+    qs = q.to(f32) * (1.0 / math.sqrt(D))
+    qs = qs.view(KVH, G, R, D)
+    if R_pad != R:
+        qs = F.pad(qs, (0, 0, 0, R_pad - R))
+    qt = qs.view(KVH, G, ntiles, T, D).permute(2, 0, 3, 1, 4).reshape(ntiles, KVH, TG, D)
+    kt = k.transpose(-1, -2)                                       # [nch, kvh, hd, kc]
+
+    cmax = [min(start + min((t + 1) * T, R) - 1, nch * kc - 1) // kc for t in range(ntiles)]
+    items = [(t, c) for t in range(ntiles) for c in range(cmax[t] + 1)]
+    n = len(items)
+    s = torch.empty((n, KVH, TG, kc), dtype=f32, device=dev)
+    for j, (t, c) in enumerate(items):
+        torch.bmm(qt[t], kt[c], out=s[j])
+    t_idx = torch.tensor([t for t, _ in items], dtype=torch.int64, device=dev)
+    c_idx = torch.tensor([c for _, c in items], dtype=torch.int64, device=dev)
+
+    # a single partial tile (decode, verify): work on its real rows only
+    live = min(R, T) * G if ntiles == 1 else TG
+    rl = live // G
+    sl = s[:, :, :live]
+    # causal mask: only items whose chunk reaches past the tile's first row
+    # need one; add 0 / -inf rows of a template (s + 0 == s, s - inf == -inf)
+    bias = _causal_bias(kc, T, dev)
+    for j, (t, c) in enumerate(items):
+        o = start + t * T - c * kc                  # row slot 0's position within the chunk
+        if o < kc - 1:
+            sl[j].view(KVH, rl, G, kc).add_(bias[o + T:o + T + rl].view(1, rl, 1, kc))
+    m = sl.amax(dim=-1)                                                               # [n, kvh, live]
+    if ntiles > 1:
+        m = torch.full((ntiles, KVH, live), _NEG_INF, dtype=f32, device=dev).scatter_reduce_(
+            0, t_idx.view(n, 1, 1).expand(n, KVH, live), m, "amax")[t_idx]
+    elif n > 1:
+        m = m.amax(dim=0, keepdim=True)
+    sl.sub_(m.unsqueeze(-1))
+    if live == TG:
+        w = exp_nonpositive(s, inplace=True)
+    else:
+        w = s.new_zeros(s.shape)
+        w[:, :, :live] = exp_nonpositive(sl)
+
+    o = torch.empty((n, KVH, TG, D), dtype=f32, device=dev)
+    d = torch.empty((n, KVH, TG, 1), dtype=f32, device=dev)
+    ones = torch.ones((1, kc, 1), dtype=f32, device=dev).expand(KVH, kc, 1)
+    for j, (t, c) in enumerate(items):
+        torch.bmm(w[j], v[c], out=o[j])
+        torch.bmm(w[j], ones, out=d[j])
+    if nch > 1:
+        # per tile, sequential over chunks; read each row at its own chunk
+        cp = torch.zeros(R_pad, dtype=torch.int64, device=dev)
+        cp[:R] = (start + torch.arange(R, device=dev)) // kc
+        cp = cp.view(ntiles, 1, 1, T, 1, 1)
+        o, d = (_chunk_prefix(x, t_idx, c_idx, ntiles, nch, cp, T, G) for x in (o, d))
+    out = o.view(ntiles, KVH, T, G, D) / d.view(ntiles, KVH, T, G, 1)   # [ntiles, kvh, T, G, hd]
+    out = out.permute(0, 2, 1, 3, 4).reshape(R_pad, H * D)[:R]
+    out = out.to(q.dtype)
+    return out.add_(0.0)                                            # -0 -> +0
+
+
+_BIAS: dict[tuple, torch.Tensor] = {}
+
+
+def _causal_bias(kc: int, T: int, device: torch.device) -> torch.Tensor:
+    """[kc + 2T, kc] fp32: row T + v is 0 for keys j <= v and -inf beyond
+    (v = a query's position relative to its key chunk, -T <= v < kc + T)."""
+    key = (kc, T, device)
+    b = _BIAS.get(key)
+    if b is None:
+        v = torch.arange(-T, kc + T, device=device).unsqueeze(1)
+        b = torch.zeros((kc + 2 * T, kc), dtype=torch.float32, device=device)
+        b.masked_fill_(torch.arange(kc, device=device) > v, _NEG_INF)
+        _BIAS[key] = b
+    return b
+
+
+def _chunk_prefix(x: torch.Tensor, t_idx: torch.Tensor, c_idx: torch.Tensor, ntiles: int, nch: int,
+                  cp: torch.Tensor, T: int, G: int) -> torch.Tensor:
+    """Per-item partials x [n, kvh, T*G, w] -> for each row, the sum over
+    chunks 0..c_p of its tile (cumsum: sequential in chunk order)."""
+    _, KVH, _, width = x.shape
+    dense = x.new_zeros((ntiles, nch, KVH, x.shape[2], width))
+    dense[t_idx, c_idx] = x
+    dense = torch.cumsum(dense, dim=1).view(ntiles, nch, KVH, T, G, width)
+    return torch.gather(dense, 1, cp.expand(ntiles, 1, KVH, T, G, width))
+
+
+def _chunk_blocks(block: int) -> tuple[int, int]:
+    """(blocks per key chunk, keys per key chunk) for a cache block size."""
+    per = max(1, ATTN_KEY_CHUNK // block)
+    return per, per * block
+
+
+def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    block_table: torch.Tensor, start: int) -> torch.Tensor:
+    """One sequence's causal attention over a paged KV cache.
+
+    q [heads, rows, hd]: positions start..start+rows-1, rope applied.
+    k_cache, v_cache [num_blocks, kv_heads, B, hd]: one layer's pool, the new
+    rows' keys/values already written.  block_table [nb] int64: the
+    sequence's blocks in position order (block i holds positions
+    i*B..i*B+B-1); extra trailing blocks are ignored, entries past position
+    start+rows-1 are never read as data.  GQA: heads % kv_heads == 0.
+    Scale 1/sqrt(hd); fp32 arithmetic for fp32 and bf16.
+    Returns [rows, heads*hd] in q's dtype; the row for position p depends
+    bitwise only on q at p and keys/values 0..p.
+    """
+    H, R, D = q.shape
+    _, KVH, B, _ = k_cache.shape
+    if H % KVH:
+        raise ValueError(f"{H} query heads do not group over {KVH} kv heads")
+    L = start + R
+    per, kc = _chunk_blocks(B)
+    nblk = -(-L // B)
+    if block_table.numel() < nblk:
+        raise ValueError(f"block table has {block_table.numel()} blocks, positions need {nblk}")
+    nch = -(-nblk // per)
+    idx = block_table[:nblk].to(torch.int64)
+    if nch * per != nblk:
+        idx = torch.cat((idx, idx[:1].expand(nch * per - nblk)))  # any real block; zeroed below
+    # one gather each, straight into [nch, kvh, kc, hd]: pool row blk*kvh + h
+    rows = (idx.view(nch, 1, per) * KVH + torch.arange(KVH, device=idx.device).view(1, KVH, 1)).view(-1)
+    k = k_cache.reshape(-1, B * D).index_select(0, rows).view(nch, KVH, kc, D).to(torch.float32)
+    v = v_cache.reshape(-1, B * D).index_select(0, rows).view(nch, KVH, kc, D)
+    _zero_tail(k, L)
+    _zero_tail(v, L)
+    return _attend(q, k, v.to(torch.float32), start)
+
+
+def _zero_tail(x: torch.Tensor, length: int) -> None:
+    """Zero positions >= length of x [nch, kvh, kc, hd] (in place)."""
+    c, j = divmod(length, x.shape[2])
+    if c < x.shape[0]:
+        x[c, :, j:] = 0
+        x[c + 1:] = 0
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> torch.Tensor:
+    """One sequence's attention for rows at positions start..start+rows-1.
+
+    q [heads, rows, hd]; k, v [kv_heads, start+rows, hd] (the sequence's
+    cache through the last row).  Returns [rows, heads*hd].  Same
+    construction (and the same bits) as paged_attention.
+    """
+    H, R, D = q.shape
+    KVH, L, _ = k.shape
+    kc = ATTN_KEY_CHUNK
+    nch = -(-L // kc)
+    f32 = torch.float32
+    kk = torch.zeros((nch, KVH, kc, D), dtype=f32, device=q.device)
+    vv = torch.zeros((nch, KVH, kc, D), dtype=f32, device=q.device)
+    for c in range(nch):
+        n = min(kc, L - c * kc)
+        kk[c, :, :n] = k[:, c * kc:c * kc + n]
+        vv[c, :, :n] = v[:, c * kc:c * kc + n]
+    return _attend(q, kk, vv, start)

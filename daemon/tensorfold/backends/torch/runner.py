@@ -8,7 +8,8 @@ from pathlib import Path
 import torch
 
 from ...checkpoints.files import iter_safetensors, read_config
-from .kv import Segment, SeqKV
+from ...engine.capacity import host_budget
+from .kv import KVPool, Segment
 from .models import FAMILIES
 
 log = logging.getLogger(__name__)
@@ -52,15 +53,27 @@ class TorchRunner:
                  self.device, str(self.dtype).removeprefix("torch."))
 
     def kv_bytes_per_token(self) -> int:
+        """Bytes of keys and values one position takes across all layers."""
         a = self.args
         return 2 * a.layers * a.kv_heads * a.head_dim * torch.finfo(self.dtype).bits // 8
 
-    def new_kv(self, capacity: int) -> SeqKV:
+    def allocate_kv(self, num_blocks: int, block_size: int) -> None:
         a = self.args
-        return SeqKV(a.layers, a.kv_heads, a.head_dim, capacity, self.dtype, self.device)
+        self.kv = KVPool(a.layers, a.kv_heads, a.head_dim, num_blocks, block_size, self.dtype, self.device)
+        log.info("KV pool: %d blocks of %d positions, %.1f MiB", num_blocks, block_size, self.kv.nbytes() / 2**20)
+
+    def segment(self, blocks: list[int], start: int, rows: int) -> Segment:
+        return Segment(torch.tensor(blocks, dtype=torch.int64, device=self.device), start, rows)
+
+    def free_memory(self) -> int:
+        """Bytes free for the KV pool (see engine/capacity.py)."""
+        if self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            return max(0, free - total // 10)
+        return host_budget()
 
     def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> torch.Tensor:
         """Run `tokens` (segments' rows, in order); fp32 logits [len(out_rows), vocab] on the CPU."""
         t = torch.tensor(tokens, dtype=torch.int64, device=self.device)
         rows = torch.tensor(out_rows, dtype=torch.int64, device=self.device)
-        return self.model.forward(t, segments, rows).cpu()
+        return self.model.forward(t, segments, self.kv, rows).cpu()

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..kernels import apply_rope, causal_attention, linear, rms_norm, rope_tables
-from ..kv import Segment
+from ..kernels import apply_rope, linear, paged_attention, rms_norm, rope_tables, silu_mul
+from ..kv import KVPool, Segment
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
 
@@ -87,24 +87,24 @@ class Layer:
         v = linear(h, self.v, self.v_bias).view(-1, a.kv_heads, a.head_dim).transpose(0, 1)
         return q, k, v
 
-    def forward(self, x: torch.Tensor, layer: int, segments: list[Segment],
+    def forward(self, x: torch.Tensor, layer: int, segments: list[Segment], kv: KVPool,
                 cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         a = self.args
         h = rms_norm(x, self.attn_norm, a.rms_norm_eps)                    # [rows, hidden]
         q, k, v = self.project_qkv(h)                                      # [heads, rows, hd]
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k_pool, v_pool = kv.k[layer], kv.v[layer]                          # [blocks, kv, B, hd]
         outs, row = [], 0
         for seg in segments:
-            end = seg.start + seg.rows
-            seg.kv.k[layer, :, seg.start:end] = k[:, row:row + seg.rows]
-            seg.kv.v[layer, :, seg.start:end] = v[:, row:row + seg.rows]
-            outs.append(causal_attention(q[:, row:row + seg.rows], seg.kv.k[layer, :, :end],
-                                         seg.kv.v[layer, :, :end], seg.start))
+            blocks, offsets = seg.slots(kv.block_size)
+            rows = slice(row, row + seg.rows)
+            k_pool[blocks, :, offsets] = k[:, rows].transpose(0, 1)
+            v_pool[blocks, :, offsets] = v[:, rows].transpose(0, 1)
+            outs.append(paged_attention(q[:, rows], k_pool, v_pool, seg.table, seg.start))
             row += seg.rows
         x = x + linear(torch.cat(outs) if len(outs) > 1 else outs[0], self.o)
         h = rms_norm(x, self.mlp_norm, a.rms_norm_eps)
-        mlp = torch.nn.functional.silu(linear(h, self.gate)) * linear(h, self.up)
-        return x + linear(mlp, self.down)
+        return x + linear(silu_mul(linear(h, self.gate), linear(h, self.up)), self.down)
 
 
 class Model:
@@ -123,14 +123,13 @@ class Model:
         self.cos, self.sin = (t.to(device) for t in rope_tables(inverse_frequencies(args), args.max_positions))
 
     @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, segments: list[Segment], out_rows: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, segments: list[Segment], kv: KVPool,
+                out_rows: torch.Tensor) -> torch.Tensor:
         """tokens [rows] over `segments` in order -> fp32 logits [len(out_rows), vocab]."""
         positions = torch.cat([torch.arange(s.start, s.start + s.rows) for s in segments]).to(self.device)
         cos, sin = self.cos[positions], self.sin[positions]
         x = self.embed[tokens]
         for i, layer in enumerate(self.layers):
-            x = layer.forward(x, i, segments, cos, sin)
-        for seg in segments:
-            seg.kv.length = max(seg.kv.length, seg.start + seg.rows)
+            x = layer.forward(x, i, segments, kv, cos, sin)
         h = rms_norm(x[out_rows], self.norm, self.args.rms_norm_eps)
         return linear(h, self.lm_head).to(torch.float32)

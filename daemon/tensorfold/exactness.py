@@ -1,0 +1,246 @@
+"""`tensorfold exactness`: every reply equals its solo run, token for token.
+
+Runs a suite of chat requests (prompts of mixed lengths, greedy and sampled
+with top-p/top-k/min-p, several seeds, replies up to 256 tokens) against a
+running daemon (--url) or against servers it starts in-process, and compares
+each reply's token_sha (SHA-256 of its token ids) across:
+
+- concurrent (8 at a time, staggered arrivals) vs solo;
+- reused prefix (a rerun, prompt in the prefix cache) vs fresh;
+- a different prefill chunk size vs the default (in-process only);
+- a background request preempted by foreground ones and replayed vs solo;
+- streamed vs whole.
+
+Prints identical/total per comparison; exits 1 on any difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+TOPICS = [
+    "What is the capital of France?", "Write a haiku about autumn.", "Explain how a lighthouse works.",
+    "List five uses of copper.", "Tell me a story about a fox who learns to sail.",
+    "Summarise the rules of chess in a paragraph.", "Why do cats purr?", "Describe the water cycle.",
+    "Give me a recipe for pancakes.", "What are prime numbers? Give examples.",
+]
+FILLER = ("The archive held letters from every harbour on the coast, each one filed by the date of the "
+          "tide it arrived on, and the keeper read them aloud on winter evenings. ")
+SAMPLINGS: list[dict[str, Any]] = [
+    {"temperature": 0},
+    {"temperature": 0.7},
+    {"temperature": 1.0, "top_p": 0.9},
+    {"temperature": 0.8, "top_k": 40},
+    {"temperature": 1.1, "min_p": 0.05},
+    {"temperature": 0.9, "top_p": 0.95, "top_k": 50, "min_p": 0.02},
+]
+
+
+@dataclass(slots=True)
+class Case:
+    index: int
+    body: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Tally:
+    identical: int = 0
+    total: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    def add(self, case: Case, expected: str, got: str | None, note: str = "") -> None:
+        self.total += 1
+        if got == expected:
+            self.identical += 1
+        else:
+            self.failures.append(f"case {case.index}: {note or 'token_sha differs'}")
+
+
+def make_cases(n: int, max_tokens: int, seed: int) -> list[Case]:
+    rng = random.Random(seed)
+    run_id = uuid.uuid4().hex[:8]
+    out = []
+    for i in range(n):
+        length = rng.choice([0, 0, 1, 3, 8, 20])        # filler paragraphs: short to ~900 tokens
+        user = (FILLER * length) + TOPICS[i % len(TOPICS)]
+        body = {
+            "messages": [{"role": "system", "content": f"Session {run_id}-{i}. You are a helpful assistant."},
+                         {"role": "user", "content": user}],
+            "max_tokens": rng.choice([16, 32, 64, 128, max_tokens]),
+            "seed": rng.randrange(1 << 31),
+            "ignore_eos": rng.random() < 0.5,
+            **SAMPLINGS[i % len(SAMPLINGS)],
+        }
+        out.append(Case(i, body))
+    return out
+
+
+async def ask(http: httpx.AsyncClient, body: dict[str, Any], stream: bool = False,
+              on_tokens: asyncio.Event | None = None, after: int = 0) -> dict[str, Any]:
+    """One chat completion; returns its tensorfold block and usage."""
+    if not stream:
+        r = await http.post("/v1/chat/completions", json=body)
+        r.raise_for_status()
+        data = r.json()
+        return {"sha": data["tensorfold"]["token_sha"], "usage": data["usage"]}
+    last: dict[str, Any] = {}
+    chunks = 0
+    async with http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if "error" in event:
+                raise RuntimeError(event["error"].get("message"))
+            chunks += 1
+            if on_tokens is not None and chunks > after:
+                on_tokens.set()
+            if event.get("tensorfold"):
+                last = event
+    return {"sha": last["tensorfold"]["token_sha"], "usage": last["usage"]}
+
+
+async def health(http: httpx.AsyncClient) -> dict[str, Any]:
+    return (await http.get("/health")).json()
+
+
+async def solo(http: httpx.AsyncClient, cases: list[Case], stream: bool = False) -> list[dict[str, Any]]:
+    return [await ask(http, c.body, stream) for c in cases]
+
+
+async def concurrent(http: httpx.AsyncClient, cases: list[Case], width: int, seed: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    results: list[dict[str, Any]] = [{} for _ in cases]
+
+    async def one(i: int, delay: float) -> None:
+        await asyncio.sleep(delay)
+        results[i] = await ask(http, cases[i].body, stream=bool(i % 2))
+
+    for start in range(0, len(cases), width):
+        batch = range(start, min(start + width, len(cases)))
+        await asyncio.gather(*(one(i, rng.uniform(0, 0.4)) for i in batch))
+    return results
+
+
+async def preempted(http: httpx.AsyncClient, case: Case) -> tuple[dict[str, Any], bool]:
+    """Run `case` as background; once it streams, fill every lane with foreground work."""
+    lanes = int((await health(http)).get("streams_maximum", 1))
+    before = int((await health(http)).get("preemptions_total", 0))
+    started = asyncio.Event()
+    body = {**case.body, "priority": "background"}
+    task = asyncio.ensure_future(ask(http, body, stream=True, on_tokens=started, after=3))
+    await started.wait()
+    fg = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0}
+    await asyncio.gather(*(ask(http, fg) for _ in range(lanes)))
+    result = await task
+    return result, int((await health(http)).get("preemptions_total", 0)) > before
+
+
+async def run_suite(url: str, chunk_url: str | None, preempt_url: str, cases: list[Case],
+                    preempt_cases: int, seed: int) -> dict[str, Tally]:
+    tallies = {k: Tally() for k in ("concurrent (8, staggered) vs solo", "reused prefix vs fresh",
+                                    "other prefill chunk vs default", "background preempted vs solo",
+                                    "streamed vs whole")}
+    timeout = httpx.Timeout(600.0)
+    async with httpx.AsyncClient(base_url=url, timeout=timeout) as http:
+        fresh = await solo(http, cases)
+        reused = await solo(http, cases)
+        streamed = await solo(http, cases, stream=True)
+        together = await concurrent(http, cases, 8, seed)
+    for c, f, r, s, t in zip(cases, fresh, reused, streamed, together):
+        cached = r["usage"]["prompt_tokens_details"]["cached_tokens"]
+        tallies["reused prefix vs fresh"].add(c, f["sha"], r["sha"] if cached > 0 else None,
+                                              "" if cached > 0 else "rerun found no cached prefix")
+        tallies["streamed vs whole"].add(c, f["sha"], s["sha"])
+        tallies["concurrent (8, staggered) vs solo"].add(c, f["sha"], t["sha"])
+    if chunk_url:
+        async with httpx.AsyncClient(base_url=chunk_url, timeout=timeout) as http:
+            for c, f in zip(cases, fresh):
+                tallies["other prefill chunk vs default"].add(c, f["sha"], (await ask(http, c.body))["sha"])
+    async with httpx.AsyncClient(base_url=preempt_url, timeout=timeout) as http:
+        long_cases = [c for c in cases if c.body["max_tokens"] >= 64 and c.body["ignore_eos"]][:preempt_cases]
+        for c in long_cases:
+            result, was = await preempted(http, c)
+            tallies["background preempted vs solo"].add(
+                c, fresh[c.index]["sha"], result["sha"] if was else None, "" if was else "was not preempted")
+    return tallies
+
+
+@contextmanager
+def in_process_servers(args: argparse.Namespace) -> Iterator[tuple[str, str, str]]:
+    """The default server, one with another prefill chunk, and a one-lane one (for preemption)."""
+    from .api.app import create_app
+    from .api.server import ServerThread
+    from .checkpoints.resolve import resolve_model
+    from .config import EngineConfig, ServerConfig
+    from .engine.client import EngineClient
+
+    folder = resolve_model(args.model)
+    configs = [EngineConfig(dtype=args.dtype, device=args.device, parallel=8),
+               EngineConfig(dtype=args.dtype, device=args.device, parallel=2, prefill_chunk=23),
+               EngineConfig(dtype=args.dtype, device=args.device, parallel=1)]
+    with ExitStack() as stack:
+        urls = []
+        for cfg in configs:
+            engine = EngineClient(folder, cfg)
+            engine.start()
+            stack.callback(engine.stop)
+            thread = ServerThread(create_app(engine, ServerConfig(engine=cfg)))
+            urls.append(thread.start())
+            stack.callback(thread.stop)
+        yield urls[0], urls[1], urls[2]
+
+
+def report(tallies: dict[str, Tally]) -> bool:
+    print(f"{'comparison':40}{'identical / total':>20}")
+    ok = True
+    for name, t in tallies.items():
+        shown = f"{t.identical} / {t.total}" if t.total else "n/a"
+        print(f"{name:40}{shown:>20}")
+        ok &= t.identical == t.total
+        for f in t.failures[:10]:
+            print(f"    {f}")
+    print("all identical" if ok else "DIFFERENCES FOUND")
+    return ok
+
+
+def run_exactness(args: argparse.Namespace) -> int:
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cases = make_cases(args.cases, args.max_tokens, args.seed)
+    if args.url:
+        tallies = asyncio.run(run_suite(args.url, None, args.url, cases, args.preempt_cases, args.seed))
+    else:
+        with in_process_servers(args) as (main, chunked, one_lane):
+            tallies = asyncio.run(run_suite(main, chunked, one_lane, cases, args.preempt_cases, args.seed))
+    return 0 if report(tallies) else 1
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", default=None, help="a running daemon (default: start servers in-process)")
+    p.add_argument("--model", default=None, help="in-process: the model (default: the built-in one)")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--cases", type=int, default=100)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--preempt-cases", type=int, default=8)
+    p.add_argument("--seed", type=int, default=0)
+
+
+if __name__ == "__main__":
+    sys.exit(run_exactness(argparse.ArgumentParser().parse_args()))
