@@ -81,6 +81,10 @@ def _parser() -> argparse.ArgumentParser:
     decode.add_argument("--prompt-tokens", type=int, default=256)
     decode.add_argument("--new-tokens", type=int, default=128)
     decode.add_argument("--repeats", type=int, default=3)
+    from .bench.serving import add_arguments as serving_arguments
+
+    serving_arguments(bench_sub.add_parser(
+        "serving", help="over HTTP: tokens/s at 1/4/8 streams, cached-prefix TTFT, background priority"))
     return parser
 
 
@@ -128,6 +132,10 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.bench == "serving":
+        from .bench.serving import run_serving_bench
+
+        return run_serving_bench(args)
     from .bench.decode import run_decode_bench
 
     return run_decode_bench(args)

@@ -1,0 +1,17 @@
+"""The fast subset of `tensorfold exactness`, in-process on the tiny checkpoint: 100% identical."""
+
+from __future__ import annotations
+
+from tensorfold.cli import main
+
+
+def test_exactness_fast_subset(tiny_model, capsys):
+    code = main(["--log-level", "WARNING", "exactness", "--model", str(tiny_model), "--dtype", "float32",
+                 "--device", "cpu", "--cases", "10", "--max-tokens", "48", "--preempt-cases", "2"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "all identical" in out
+    for comparison in ("concurrent", "reused prefix", "prefill chunk", "preempted", "streamed"):
+        line = next(l for l in out.splitlines() if comparison in l)
+        done, total = (int(x) for x in line.split()[-3::2])
+        assert total > 0 and done == total, line
