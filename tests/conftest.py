@@ -23,3 +23,11 @@ def tiny_model(tmp_path_factory, default_model) -> Path:
     from tests.tiny import make_tiny_checkpoint
 
     return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-llama"), default_model)
+
+
+@pytest.fixture(scope="session")
+def echo_model(tmp_path_factory, default_model) -> Path:
+    """A 2-layer random Llama whose output head is its embedding: it repeats itself."""
+    from tests.tiny import make_tiny_checkpoint
+
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-echo"), default_model, tied=True)

@@ -20,7 +20,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 
 def make_tiny_checkpoint(out: Path, tokenizer_src: Path, arch: str = "LlamaForCausalLM",
                          seed: int = 0, layers: int = 2, hidden: int = 64, heads: int = 4,
-                         kv_heads: int = 2, max_positions: int = 2048) -> Path:
+                         kv_heads: int = 2, max_positions: int = 2048, tied: bool = False) -> Path:
+    """`tied`: the output head is the embedding, so the model tends to echo its input (long
+    repeats that prompt-lookup drafts predict); otherwise a random head (varied replies)."""
     src_config = json.loads((tokenizer_src / "config.json").read_text())
     vocab = src_config["vocab_size"]
     head_dim = hidden // heads
@@ -31,7 +33,7 @@ def make_tiny_checkpoint(out: Path, tokenizer_src: Path, arch: str = "LlamaForCa
         "hidden_size": hidden, "intermediate_size": hidden * 2, "num_hidden_layers": layers,
         "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
         "vocab_size": vocab, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-        "max_position_embeddings": max_positions, "tie_word_embeddings": False,
+        "max_position_embeddings": max_positions, "tie_word_embeddings": tied,
         "bos_token_id": src_config.get("bos_token_id"), "eos_token_id": src_config.get("eos_token_id"),
         "torch_dtype": "float32",
     }
@@ -41,8 +43,9 @@ def make_tiny_checkpoint(out: Path, tokenizer_src: Path, arch: str = "LlamaForCa
         return torch.randn(*shape, generator=gen) * scale
 
     w = {"model.embed_tokens.weight": rand(vocab, hidden, scale=1.0),
-         "model.norm.weight": torch.ones(hidden),
-         "lm_head.weight": rand(vocab, hidden, scale=0.3)}
+         "model.norm.weight": torch.ones(hidden)}
+    if not tied:
+        w["lm_head.weight"] = rand(vocab, hidden, scale=0.3)
     for i in range(layers):
         p = f"model.layers.{i}."
         w[p + "self_attn.q_proj.weight"] = rand(heads * head_dim, hidden)

@@ -97,7 +97,6 @@ CHAT_CASES = {
     "structured_outputs": (chat(structured_outputs={"regex": "a"}), "structured_outputs"),
     "reasoning_effort": (chat(reasoning_effort="low"), "reasoning_effort"),
     "thinking_budget": (chat(thinking_budget=64), "thinking_budget"),
-    "draft false": (chat(draft=False), "draft"),
     "draft not a bool": (chat(draft="no"), "draft"),
 }
 

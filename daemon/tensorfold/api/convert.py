@@ -188,4 +188,5 @@ def build_request(request_id: str, prompt: list[int], body: GenerationRequest,
         stop=tuple(body.stop),
         ignore_eos=bool(body.ignore_eos),
         priority=priority,
+        draft=body.draft is not False,
     )

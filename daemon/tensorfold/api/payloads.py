@@ -40,6 +40,8 @@ def stats_json(stats: Stats) -> dict[str, Any]:
         "prefill_seconds": _finite(stats.prefill_seconds),
         "decode_seconds": _finite(stats.decode_seconds),
         "queued_seconds": _finite(stats.queued_seconds),
+        "drafted": stats.drafted,
+        "accepted": stats.accepted,
     }
 
 

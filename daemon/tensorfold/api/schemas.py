@@ -150,10 +150,8 @@ def _chat_logprobs(v: Any) -> bool | None:
 
 
 def _draft(v: Any) -> bool | None:
-    if v is None or v is True:
+    if v is None or isinstance(v, bool):
         return v
-    if v is False:
-        not_implemented('"draft": false (the serial reference) is not available: this engine has no serial switch yet')
     fail(f"must be a boolean, not {_kind(v)}")
 
 
@@ -167,7 +165,7 @@ GuidedRegex = Pending("guided_regex")
 GuidedChoice = Pending("guided_choice")
 GuidedGrammar = Pending("guided_grammar")
 StructuredOutputs = Pending("structured_outputs")
-Draft = Annotated[Any, BeforeValidator(_draft)]
+Draft = Annotated[bool | None, BeforeValidator(_draft)]
 Tools = Annotated[list[dict[str, Any]] | None, BeforeValidator(_tools)]
 ToolChoice = Annotated[Any, BeforeValidator(_tool_choice)]
 ChatLogprobs = Annotated[bool | None, BeforeValidator(_chat_logprobs)]

@@ -17,6 +17,8 @@ class Counters:
     decode_seconds_total: float = 0.0
     rounds_total: int = 0
     preemptions_total: int = 0
+    drafted_total: int = 0
+    accepted_total: int = 0
     streams_decoding: int = 0
     streams_prefilling: int = 0
     streams_maximum: int = 1

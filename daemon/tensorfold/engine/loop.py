@@ -13,7 +13,11 @@ from typing import Any, Protocol
 import torch
 
 from .cache import BlockCache
+from .constraints import apply as apply_constraints
+from .constraints import cut_drafts
 from .counters import Counters
+from .drafting import Drafter
+from .drafting.ngram import NgramDrafter
 from .sampler import sample
 from .scheduler import Plan, Scheduler
 from .sequence import Sequence
@@ -39,11 +43,14 @@ class EngineLimits:
     prefill_chunk: int = 256
     background_chunk: int = 64
     decode_share: float = 0.25
+    max_draft: int = 12              # longest draft one round verifies
 
 
 class Engine:
-    def __init__(self, backend: Backend, tokenizer: Any, limits: EngineLimits) -> None:
+    def __init__(self, backend: Backend, tokenizer: Any, limits: EngineLimits,
+                 drafter: Drafter | None = None) -> None:
         self.backend = backend
+        self.drafter: Drafter = drafter or NgramDrafter()
         self.tokenizer = tokenizer
         self.limits = limits
         self.cache = BlockCache(limits.num_blocks, limits.block_size)
@@ -81,7 +88,10 @@ class Engine:
 
     # -- the engine thread ---------------------------------------------------------
     def _run(self) -> None:
-        torch.set_grad_enabled(False)
+        with torch.inference_mode():
+            self._loop()
+
+    def _loop(self) -> None:
         while not self._stopping:
             self._take_inbox(block=self.scheduler.idle)
             for seq in self.scheduler.drop_aborted():
@@ -111,6 +121,7 @@ class Engine:
             if s.lane_free and self._reserve(seq):
                 s.admit(seq)
                 seq.t_start = seq.t_start or time.perf_counter()
+                self.drafter.start(seq.request.id, seq.request.prompt)
                 continue
             victim = None if seq.background else s.victim()
             if victim is None:
@@ -161,10 +172,15 @@ class Engine:
             c.prefill_seconds_total += elapsed
         else:
             c.decode_seconds_total += elapsed
-        for seq, token in sampled:
-            self._take(seq, token)
+        for seq, taken in sampled:
+            for token in taken:
+                if seq.done:
+                    break
+                self._take(seq, token)
+            if not seq.done:
+                self._register(seq)
 
-    def _prefill_chunk(self, seq: Sequence) -> list[tuple[Sequence, int]]:
+    def _prefill_chunk(self, seq: Sequence) -> list[tuple[Sequence, list[int]]]:
         prompt, lim = seq.request.prompt, self.limits
         start = seq.computed
         end = min(len(prompt), start + (lim.background_chunk if seq.background else lim.prefill_chunk))
@@ -174,24 +190,58 @@ class Engine:
         self._register(seq)
         if end < len(prompt):
             return []
-        return [(seq, sample(logits[0], seq.request.sampling, len(seq.generated)))]
+        lg = logits[0]
+        if seq.request.constraints:
+            apply_constraints(seq.request.constraints, seq.generated, lg)
+        return [(seq, [sample(lg, seq.request.sampling, len(seq.generated))])]
 
-    def _decode(self, seqs: list[Sequence]) -> list[tuple[Sequence, int]]:
-        tokens = [s.generated[-1] for s in seqs]
-        segments = [self.backend.segment(s.blocks, s.computed, 1) for s in seqs]
-        logits = self.backend.forward(tokens, segments, list(range(len(seqs))))
-        out = []
-        for i, seq in enumerate(seqs):
-            seq.computed += 1
-            self._register(seq)
-            out.append((seq, sample(logits[i], seq.request.sampling, len(seq.generated))))
+    def _drafts(self, seq: Sequence) -> list[int]:
+        """This round's draft tokens for `seq`: the replayed reply, else the drafter's guess."""
+        k = min(seq.draft_k, seq.remaining - 1)
+        if not seq.request.draft or k <= 0:
+            return []
+        n = len(seq.generated)
+        drafts = seq.replay[n:n + k] if seq.replaying else self.drafter.propose(seq.request.id, seq.tokens, k)
+        return cut_drafts(seq.request.constraints, seq.generated, drafts)
+
+    def _decode(self, seqs: list[Sequence]) -> list[tuple[Sequence, list[int]]]:
+        """One verify forward for every decoding sequence: its last token and its drafts.
+
+        Each row gets the keyed draw for its reply position (constraints first,
+        by the row's path); a draft is kept while it equals the draw, and the
+        first differing draw (or the one after the last draft) ends the row's run.
+        """
+        feeds = [[s.generated[-1], *self._drafts(s)] for s in seqs]
+        tokens = [t for feed in feeds for t in feed]
+        segments = [self.backend.segment(s.blocks, s.computed, len(f)) for s, f in zip(seqs, feeds)]
+        logits = self.backend.forward(tokens, segments, list(range(len(tokens))))
+        out, row = [], 0
+        for seq, feed in zip(seqs, feeds):
+            drafts, reply, taken = feed[1:], list(seq.generated), []
+            for j in range(len(feed)):
+                lg = logits[row + j]
+                if seq.request.constraints:
+                    apply_constraints(seq.request.constraints, reply, lg)
+                token = sample(lg, seq.request.sampling, len(reply))
+                taken.append(token)
+                reply.append(token)
+                if j == len(drafts) or token != drafts[j]:
+                    break
+            row += len(feed)
+            seq.computed += len(taken)        # the fed token and the kept drafts hold valid KV
+            if drafts and not seq.replaying:
+                seq.drafted += len(drafts)
+                seq.accepted_drafts += len(taken) - 1
+                self.counters.drafted_total += len(drafts)
+                self.counters.accepted_total += len(taken) - 1
+                seq.adapt_draft(len(drafts), len(taken) - 1, self.limits.max_draft)
+            out.append((seq, taken))
         return out
 
     def _register(self, seq: Sequence) -> None:
         """Offer every newly completed block of `seq` to the prefix cache."""
-        B, tokens = self.cache.block_size, None
-        while seq.registered < seq.computed // B:
-            tokens = tokens or seq.tokens
+        B, tokens = self.cache.block_size, seq.tokens
+        while seq.registered < min(seq.computed, len(tokens)) // B:
             i = seq.registered
             seq.parent_cid = self.cache.register(seq.blocks[i], seq.parent_cid, tokens[i * B:(i + 1) * B])
             seq.registered += 1
@@ -215,6 +265,7 @@ class Engine:
             return
         c.completion_tokens_total += 1
         if seq.done:           # counters settle before the client hears the end
+            self._register(seq)
             self._release(seq)
         seq.emit(delta)
 
@@ -233,6 +284,7 @@ class Engine:
             self.cache.release(seq.blocks)
             seq.blocks = []
         seq.done = True
+        self.drafter.finish(seq.request.id)
         self._sync_counts()
 
     def _sync_counts(self) -> None:

@@ -36,6 +36,9 @@ class Sequence:
     t_start: float = 0.0                 # first admitted to a lane
     t_first: float = 0.0                 # first reply token sampled
     prefill_seconds: float = 0.0
+    draft_k: int = 4                     # draft length, adapted to recent acceptance
+    drafted: int = 0
+    accepted_drafts: int = 0
 
     @property
     def background(self) -> bool:
@@ -52,6 +55,16 @@ class Sequence:
     @property
     def replaying(self) -> bool:
         return len(self.generated) < len(self.replay)
+
+    @property
+    def remaining(self) -> int:
+        return self.request.max_tokens - len(self.generated)
+
+    def adapt_draft(self, proposed: int, accepted: int, k_max: int) -> None:
+        """Lengthen drafts while they are all kept; shorten to what was kept when not."""
+        if proposed == 0:
+            return
+        self.draft_k = min(k_max, self.draft_k * 2) if accepted == proposed else max(1, accepted + 1)
 
     def accept(self, token: int) -> Delta | None:
         """Append one sampled token; the delta to send, or None while replaying."""
@@ -90,6 +103,8 @@ class Sequence:
             decode_seconds=decode_seconds,
             decode_tokens_per_second=((len(tokens) - 1) / decode_seconds) if decode_seconds > 0 else None,
             queued_seconds=(self.t_start - self.t_submit) if self.t_start else 0.0,
+            drafted=self.drafted,
+            accepted=self.accepted_drafts,
         )
         usage = Usage(prompt_tokens=len(self.request.prompt), completion_tokens=len(tokens),
                       cached_tokens=self.cached_tokens)

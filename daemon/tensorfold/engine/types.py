@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class Priority(str, enum.Enum):
@@ -40,6 +41,8 @@ class Request:
     stop: tuple[str, ...] = ()         # stop strings, matched on the reply text
     ignore_eos: bool = False
     priority: Priority = Priority.FOREGROUND
+    draft: bool = True                 # False: the serial reference, one position a round
+    constraints: tuple[Any, ...] = ()  # engine.constraints rules, applied per row
 
 
 class FinishReason(str, enum.Enum):
@@ -71,6 +74,8 @@ class Stats:
     decode_seconds: float
     decode_tokens_per_second: float | None   # tokens after the first / decode time
     queued_seconds: float = 0.0
+    drafted: int = 0                         # draft tokens proposed for this reply
+    accepted: int = 0                        # of those, the ones verification kept
 
 
 @dataclass(slots=True)

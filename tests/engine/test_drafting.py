@@ -1,0 +1,81 @@
+"""Drafted replies equal their "draft": false replies, token for token, at any temperature."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tensorfold.engine.constraints import ForceToken
+from tensorfold.engine.types import SamplingParams
+
+from .conftest import chat_prompt, collect, engine_on, make_request, run
+
+SAMPLINGS = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.8, seed=7),
+             SamplingParams(temperature=1.0, top_p=0.9, top_k=30, min_p=0.02, seed=8)]
+# Repetitive prompts make the tiny model's replies (and so the drafts) repeat too.
+TEXTS = ["Repeat after me: " + "alpha beta gamma delta " * 12,
+         "Copy this list: " + ", ".join(str(i % 7) for i in range(60)),
+         "Say it again: " + "the cat sat on the mat. " * 10,
+         "Echo: " + "one two one two three " * 10]
+
+
+@pytest.fixture(scope="module", params=["tiny_model", "echo_model"])
+def engine(request):
+    with engine_on(request.getfixturevalue(request.param), parallel=8) as e:
+        e.echoes = request.param == "echo_model"
+        yield e
+
+
+def requests(engine, draft: bool, n: int = 8, max_tokens: int = 64):
+    return [make_request(chat_prompt(engine, TEXTS[i % len(TEXTS)]), rid=f"d{i}-{draft}", max_tokens=max_tokens,
+                         ignore_eos=True, sampling=SAMPLINGS[i % len(SAMPLINGS)], draft=draft)
+            for i in range(n)]
+
+
+def test_drafted_equals_serial_alone_and_drafts_are_kept(engine):
+    before = engine.health()
+    drafted = [run(engine, r) for r in requests(engine, True)]
+    after = engine.health()
+    serial = [run(engine, r) for r in requests(engine, False)]
+    for a, b in zip(drafted, serial):
+        assert a.tokens == b.tokens
+        assert b.finish.stats.drafted == 0
+        assert a.finish.stats.accepted <= a.finish.stats.drafted
+    assert engine.health()["drafted_total"] == after["drafted_total"] > before["drafted_total"]
+    if engine.echoes:      # its replies repeat, so drafts are kept and rounds settle several tokens
+        assert after["accepted_total"] > before["accepted_total"]
+        assert sum(a.finish.stats.accepted for a in drafted) == after["accepted_total"] - before["accepted_total"]
+        assert after["rounds_total"] - before["rounds_total"] < \
+            0.75 * (after["completion_tokens_total"] - before["completion_tokens_total"])
+
+
+def test_drafted_concurrent_equals_serial_solo(engine):
+    serial = [run(engine, r).tokens for r in requests(engine, False)]
+
+    async def together():
+        return await asyncio.gather(*(collect(engine, r, delay=0.02 * i)
+                                      for i, r in enumerate(requests(engine, True))))
+
+    assert [r.tokens for r in asyncio.run(together())] == serial
+
+
+@pytest.mark.parametrize("position", [0, 5, 17])
+def test_forced_token_is_applied_by_the_row_path(engine, position):
+    forced = 1234
+    for sampling in SAMPLINGS:
+        base = dict(max_tokens=40, ignore_eos=True, sampling=sampling,
+                    constraints=(ForceToken(position, forced),))
+        prompt = chat_prompt(engine, TEXTS[0])
+        drafted = run(engine, make_request(prompt, rid="f1", draft=True, **base))
+        serial = run(engine, make_request(prompt, rid="f2", draft=False, **base))
+        assert drafted.tokens == serial.tokens
+        assert drafted.tokens[position] == forced
+        free = run(engine, make_request(prompt, rid="f3", max_tokens=40, ignore_eos=True, sampling=sampling))
+        assert free.tokens[:position] == drafted.tokens[:position]
+
+
+def test_replies_end_at_the_limit_with_drafts(engine):
+    for n in (1, 2, 3, 13):
+        r = run(engine, make_request(chat_prompt(engine, TEXTS[1]), max_tokens=n, ignore_eos=True))
+        assert len(r.tokens) == r.finish.usage.completion_tokens == n
