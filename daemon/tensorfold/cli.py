@@ -30,6 +30,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefill-chunk", type=int, default=256, help="prompt rows per prefill round")
     p.add_argument("--background-chunk", type=int, default=64,
                    help="prompt rows per prefill round for background requests")
+    p.add_argument("--draft-model", default=None,
+                   help="a smaller model with the same tokenizer that drafts tokens "
+                        "(default: prompt lookup, no extra model)")
     p.add_argument("--kv-memory", type=float, default=None,
                    help="GiB for the KV cache (default: available memory less a reserve)")
 
@@ -42,7 +45,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(model=args.model, dtype=args.dtype, device=args.device, context=args.context,
                         threads=args.threads, parallel=parallel, prefill_chunk=args.prefill_chunk,
                         background_chunk=args.background_chunk, decode_share=args.decode_share,
-                        kv_memory=args.kv_memory)
+                        kv_memory=args.kv_memory, draft_model=args.draft_model)
 
 
 def _parser() -> argparse.ArgumentParser:

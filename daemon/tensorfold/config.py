@@ -28,6 +28,7 @@ class EngineConfig:
     decode_share: float = 0.25          # decode time between prefill chunks, as a share of a chunk's
     block_size: int = 32                # positions per KV block
     kv_memory: float | None = None      # GiB for the KV pool; None: from the memory available
+    draft_model: str | None = None      # a smaller model with the same tokenizer drafts; None: prompt lookup
 
 
 AUTO_LANES = 8

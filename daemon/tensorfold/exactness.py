@@ -9,7 +9,10 @@ each reply's token_sha (SHA-256 of its token ids) across:
 - reused prefix (a rerun, prompt in the prefix cache) vs fresh;
 - a different prefill chunk size vs the default (in-process only);
 - a background request preempted by foreground ones and replayed vs solo;
-- streamed vs whole.
+- streamed vs whole;
+- drafted vs "draft": false, alone and 8 concurrent, for each drafter (prompt
+  lookup, and a draft model: in-process, the target drafting for itself
+  unless --draft-model names another).
 
 Prints identical/total per comparison; exits 1 on any difference.
 """
@@ -148,28 +151,49 @@ async def preempted(http: httpx.AsyncClient, case: Case) -> tuple[dict[str, Any]
     return result, int((await health(http)).get("preemptions_total", 0)) > before
 
 
-async def run_suite(url: str, chunk_url: str | None, preempt_url: str, cases: list[Case],
-                    preempt_cases: int, seed: int) -> dict[str, Tally]:
-    tallies = {k: Tally() for k in ("concurrent (8, staggered) vs solo", "reused prefix vs fresh",
-                                    "other prefill chunk vs default", "background preempted vs solo",
-                                    "streamed vs whole")}
+COMPARISONS = ("concurrent (8, staggered) vs solo", "reused prefix vs fresh", "other prefill chunk vs default",
+               "background preempted vs solo", "streamed vs whole",
+               "ngram drafted vs draft:false", "ngram drafted x8 concurrent vs draft:false",
+               "model drafted vs draft:false", "model drafted x8 concurrent vs draft:false")
+
+
+async def drafted_vs_serial(http: httpx.AsyncClient, cases: list[Case], fresh: list[dict[str, Any]] | None,
+                            seed: int, name: str, tallies: dict[str, Tally]) -> None:
+    serial = await solo(http, [Case(c.index, {**c.body, "draft": False}) for c in cases])
+    alone = fresh if fresh is not None else await solo(http, cases)
+    together = await concurrent(http, cases, 8, seed + 1)
+    for c, s, a, t in zip(cases, serial, alone, together):
+        tallies[f"{name} drafted vs draft:false"].add(c, s["sha"], a["sha"])
+        tallies[f"{name} drafted x8 concurrent vs draft:false"].add(c, s["sha"], t["sha"])
+
+
+async def run_suite(urls: dict[str, str | None], cases: list[Case], preempt_cases: int,
+                    seed: int) -> dict[str, Tally]:
+    """urls: main (drafting by prompt lookup), chunk (another prefill chunk), preempt (few lanes),
+    model (drafting with a draft model); None skips what needs it."""
+    tallies = {k: Tally() for k in COMPARISONS}
     timeout = httpx.Timeout(600.0)
-    async with httpx.AsyncClient(base_url=url, timeout=timeout) as http:
+    async with httpx.AsyncClient(base_url=urls["main"], timeout=timeout) as http:
         fresh = await solo(http, cases)
         reused = await solo(http, cases)
         streamed = await solo(http, cases, stream=True)
         together = await concurrent(http, cases, 8, seed)
+        drafter = (await health(http)).get("drafter", "ngram")
+        await drafted_vs_serial(http, cases, fresh, seed, drafter, tallies)
     for c, f, r, s, t in zip(cases, fresh, reused, streamed, together):
         cached = r["usage"]["prompt_tokens_details"]["cached_tokens"]
         tallies["reused prefix vs fresh"].add(c, f["sha"], r["sha"] if cached > 0 else None,
                                               "" if cached > 0 else "rerun found no cached prefix")
         tallies["streamed vs whole"].add(c, f["sha"], s["sha"])
         tallies["concurrent (8, staggered) vs solo"].add(c, f["sha"], t["sha"])
-    if chunk_url:
-        async with httpx.AsyncClient(base_url=chunk_url, timeout=timeout) as http:
+    if urls.get("chunk"):
+        async with httpx.AsyncClient(base_url=urls["chunk"], timeout=timeout) as http:
             for c, f in zip(cases, fresh):
                 tallies["other prefill chunk vs default"].add(c, f["sha"], (await ask(http, c.body))["sha"])
-    async with httpx.AsyncClient(base_url=preempt_url, timeout=timeout) as http:
+    if urls.get("model"):
+        async with httpx.AsyncClient(base_url=urls["model"], timeout=timeout) as http:
+            await drafted_vs_serial(http, cases, None, seed, "model", tallies)
+    async with httpx.AsyncClient(base_url=urls["preempt"], timeout=timeout) as http:
         long_cases = [c for c in cases if c.body["max_tokens"] >= 64 and c.body["ignore_eos"]][:preempt_cases]
         for c in long_cases:
             result, was = await preempted(http, c)
@@ -179,8 +203,9 @@ async def run_suite(url: str, chunk_url: str | None, preempt_url: str, cases: li
 
 
 @contextmanager
-def in_process_servers(args: argparse.Namespace) -> Iterator[tuple[str, str, str]]:
-    """The default server, one with another prefill chunk, and a one-lane one (for preemption)."""
+def in_process_servers(args: argparse.Namespace) -> Iterator[dict[str, str]]:
+    """The default server, one with another prefill chunk, a one-lane one (for preemption)
+    and one drafting with a draft model."""
     from .api.app import create_app
     from .api.server import ServerThread
     from .checkpoints.resolve import resolve_model
@@ -188,26 +213,28 @@ def in_process_servers(args: argparse.Namespace) -> Iterator[tuple[str, str, str
     from .engine.client import EngineClient
 
     folder = resolve_model(args.model)
-    configs = [EngineConfig(dtype=args.dtype, device=args.device, parallel=8),
-               EngineConfig(dtype=args.dtype, device=args.device, parallel=2, prefill_chunk=23),
-               EngineConfig(dtype=args.dtype, device=args.device, parallel=1)]
+    common = {"dtype": args.dtype, "device": args.device, "kv_memory": args.kv_memory}
+    configs = {"main": EngineConfig(parallel=8, **common),
+               "chunk": EngineConfig(parallel=2, prefill_chunk=23, **common),
+               "preempt": EngineConfig(parallel=1, **common),
+               "model": EngineConfig(parallel=8, draft_model=args.draft_model or str(folder), **common)}
     with ExitStack() as stack:
-        urls = []
-        for cfg in configs:
+        urls = {}
+        for name, cfg in configs.items():
             engine = EngineClient(folder, cfg)
             engine.start()
             stack.callback(engine.stop)
             thread = ServerThread(create_app(engine, ServerConfig(engine=cfg)))
-            urls.append(thread.start())
+            urls[name] = thread.start()
             stack.callback(thread.stop)
-        yield urls[0], urls[1], urls[2]
+        yield urls
 
 
 def report(tallies: dict[str, Tally]) -> bool:
     print(f"{'comparison':40}{'identical / total':>20}")
     ok = True
     for name, t in tallies.items():
-        shown = f"{t.identical} / {t.total}" if t.total else "n/a"
+        shown = f"{t.identical} / {t.total}" if t.total else "n/a (needs in-process servers)"
         print(f"{name:40}{shown:>20}")
         ok &= t.identical == t.total
         for f in t.failures[:10]:
@@ -223,10 +250,11 @@ def run_exactness(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     cases = make_cases(args.cases, args.max_tokens, args.seed)
     if args.url:
-        tallies = asyncio.run(run_suite(args.url, None, args.url, cases, args.preempt_cases, args.seed))
+        urls = {"main": args.url, "chunk": None, "preempt": args.url, "model": None}
+        tallies = asyncio.run(run_suite(urls, cases, args.preempt_cases, args.seed))
     else:
-        with in_process_servers(args) as (main, chunked, one_lane):
-            tallies = asyncio.run(run_suite(main, chunked, one_lane, cases, args.preempt_cases, args.seed))
+        with in_process_servers(args) as urls:
+            tallies = asyncio.run(run_suite(urls, cases, args.preempt_cases, args.seed))
     return 0 if report(tallies) else 1
 
 
@@ -235,6 +263,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="in-process: the model (default: the built-in one)")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--device", default="auto")
+    p.add_argument("--draft-model", default=None,
+                   help="in-process: the draft model of the model-drafting server (default: the model itself)")
+    p.add_argument("--kv-memory", type=float, default=1.0, help="in-process: GiB of KV cache per server")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--cases", type=int, default=100)
     p.add_argument("--max-tokens", type=int, default=256)

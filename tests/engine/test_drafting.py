@@ -79,3 +79,43 @@ def test_replies_end_at_the_limit_with_drafts(engine):
     for n in (1, 2, 3, 13):
         r = run(engine, make_request(chat_prompt(engine, TEXTS[1]), max_tokens=n, ignore_eos=True))
         assert len(r.tokens) == r.finish.usage.completion_tokens == n
+
+
+def test_draft_model_drafts_are_exact(tiny_model, echo_model):
+    # the target as its own draft model: greedy drafts are all kept
+    with engine_on(tiny_model, parallel=4, draft_model=str(tiny_model)) as same:
+        prompt = chat_prompt(same, TEXTS[2])
+        greedy = run(same, make_request(prompt, max_tokens=48, ignore_eos=True))
+        serial = run(same, make_request(prompt, max_tokens=48, ignore_eos=True, draft=False))
+        assert greedy.tokens == serial.tokens
+        assert greedy.finish.stats.drafted > 0
+        assert greedy.finish.stats.accepted == greedy.finish.stats.drafted
+    # another model drafts: sampled replies, alone and concurrent, equal the serial ones
+    with engine_on(tiny_model, parallel=8, draft_model=str(echo_model)) as other:
+        serial = [run(other, r).tokens for r in requests(other, False)]
+
+        async def together():
+            return await asyncio.gather(*(collect(other, r, delay=0.02 * i)
+                                          for i, r in enumerate(requests(other, True))))
+
+        replies = asyncio.run(together())
+        assert [r.tokens for r in replies] == serial
+        assert sum(r.finish.stats.drafted for r in replies) > 0
+
+
+def test_draft_model_with_another_tokenizer_is_refused(tiny_model, tmp_path):
+    import json
+    import shutil
+
+    from tensorfold.checkpoints.errors import CheckpointError
+
+    other = tmp_path / "other-tokenizer"
+    shutil.copytree(tiny_model, other)
+    data = json.loads((other / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    token = next(t for t in vocab if t.isalpha() and len(t) > 3)
+    vocab[token + "x"] = vocab.pop(token)
+    (other / "tokenizer.json").write_text(json.dumps(data))
+    with pytest.raises(CheckpointError, match="tokenizer"):
+        with engine_on(tiny_model, draft_model=str(other)):
+            pass

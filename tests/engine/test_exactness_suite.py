@@ -11,7 +11,8 @@ def test_exactness_fast_subset(tiny_model, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "all identical" in out
-    for comparison in ("concurrent", "reused prefix", "prefill chunk", "preempted", "streamed"):
+    for comparison in ("concurrent (8", "reused prefix", "prefill chunk", "preempted", "streamed",
+                       "ngram drafted vs", "ngram drafted x8", "model drafted vs", "model drafted x8"):
         line = next(l for l in out.splitlines() if comparison in l)
         done, total = (int(x) for x in line.split()[-3::2])
         assert total > 0 and done == total, line

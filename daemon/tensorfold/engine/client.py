@@ -16,9 +16,13 @@ from pathlib import Path
 import torch
 
 from ..backends.torch.runner import TorchRunner
+from ..checkpoints.errors import CheckpointError
+from ..checkpoints.resolve import resolve_model
 from ..checkpoints.tokenizer import Tokenizer
 from ..config import AUTO_LANES, EngineConfig
-from .capacity import GiB, plan_kv
+from .capacity import GiB, KVPlan, plan_kv
+from .drafting.model import DraftModelDrafter
+from .drafting.ngram import NgramDrafter
 from .loop import Engine, EngineLimits
 from .types import Delta, Request
 
@@ -40,10 +44,23 @@ class EngineClient:
         self.context_length = plan.context_length
         self.kv_plan = plan
         self.lanes = lanes
+        self.drafter = self._drafter(config, plan) if config.draft_model else NgramDrafter()
         self.engine = Engine(self.runner, self.tokenizer, EngineLimits(
             lanes=lanes, num_blocks=plan.num_blocks, block_size=plan.block_size,
             prefill_chunk=config.prefill_chunk, background_chunk=config.background_chunk,
-            decode_share=config.decode_share))
+            decode_share=config.decode_share), drafter=self.drafter)
+
+    def _drafter(self, config: EngineConfig, plan: KVPlan) -> DraftModelDrafter:
+        """Load --draft-model; refuse it unless it shares the target's tokenizer."""
+        folder = resolve_model(config.draft_model)
+        tokenizer = Tokenizer(folder)
+        if tokenizer.hf.get_vocab() != self.tokenizer.hf.get_vocab() or \
+                tokenizer.eos_token_ids != self.tokenizer.eos_token_ids:
+            raise CheckpointError(f"--draft-model {folder.name} does not use the tokenizer of "
+                                  f"{self.model_name}; a draft model must share its target's tokenizer")
+        runner = TorchRunner(folder, dtype=config.dtype, device=config.device)
+        log.info("drafting with %s", folder.name)
+        return DraftModelDrafter(runner, plan.num_blocks, plan.block_size, config.prefill_chunk)
 
     def start(self) -> None:
         self.engine.start()
@@ -51,8 +68,8 @@ class EngineClient:
     def stop(self) -> None:
         self.engine.stop()
 
-    def health(self) -> dict[str, int | float | bool]:
-        return self.engine.counters.snapshot()
+    def health(self) -> dict[str, int | float | bool | str]:
+        return {**self.engine.counters.snapshot(), "drafter": self.drafter.name}
 
     async def generate(self, request: Request) -> AsyncIterator[Delta]:
         loop = asyncio.get_running_loop()
