@@ -88,6 +88,10 @@ def _parser() -> argparse.ArgumentParser:
 
     serving_arguments(bench_sub.add_parser(
         "serving", help="over HTTP: tokens/s at 1/4/8 streams, cached-prefix TTFT, background priority"))
+    from .bench.drafting import add_arguments as drafting_arguments
+
+    drafting_arguments(bench_sub.add_parser(
+        "drafting", help="decode tokens/s with drafts vs draft:false on editing and chat workloads"))
     return parser
 
 
@@ -135,6 +139,10 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.bench == "drafting":
+        from .bench.drafting import run_drafting_bench
+
+        return run_drafting_bench(args)
     if args.bench == "serving":
         from .bench.serving import run_serving_bench
 

@@ -3,7 +3,8 @@
 Runs this engine and Hugging Face transformers' `generate()` on the same
 checkpoint folder, dtype and thread count, in one process, and prints both
 and their ratio.  Greedy decoding with end tokens ignored, so both produce
-exactly --new-tokens tokens.
+exactly --new-tokens tokens; plain decoding on our side ("draft": false) and
+a cold prefix cache for every run, so both do the same work.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ def run_engine(folder: Path, dtype: str, device: str, prompt: list[int], new_tok
     try:
         for i in range(repeats + 1):          # the first run warms up
             done: queue.SimpleQueue = queue.SimpleQueue()
+            client.engine.call(client.engine.cache.clear_idle)
             req = Request(id=f"bench-{i}", prompt=prompt, max_tokens=new_tokens, ignore_eos=True,
-                          sampling=SamplingParams(temperature=0.0))
+                          sampling=SamplingParams(temperature=0.0), draft=False)
             client.engine.submit(req, lambda d: d.finish and done.put(d.finish))
             fin = done.get()
             if i:
