@@ -37,13 +37,18 @@ import torch.nn.functional as F
 
 log = logging.getLogger(__name__)
 
+# These sizes fix the shapes of every library call, hence the bits of every
+# result: set them once, before the first forward, and keep them for the
+# server's life (like the thread count).
+#
 # Rows per linear call.  Every library matmul for a weight runs on exactly
-# this many rows (the last tile padded with zeros).
+# this many rows (the last tile padded with zeros).  Smaller is cheaper for
+# 1-row decode, larger for prefill and many lanes.
 LINEAR_TILE = 16
-# Query rows per attention call, and keys per attention call (a multiple of
-# the cache's block size is used: ceil(ATTN_KEY_CHUNK / B) blocks).
+# Query rows per attention call, and keys per attention call (whole cache
+# blocks: max(1, ATTN_KEY_CHUNK // B) blocks of B positions).
 ATTN_ROW_TILE = 8
-ATTN_KEY_CHUNK = 512
+ATTN_KEY_CHUNK = 256
 # Largest row count a "direct" (probed) linear call may carry; bigger calls
 # are cut into pieces of this size so that only probed shapes ever run.
 DIRECT_MAX_ROWS = 256
@@ -58,33 +63,50 @@ _NEG_INF = float("-inf")
 # (out, in, dtype, device type, threads) -> max rows of a direct call; keys
 # absent mean "tiled".  Filled by probe_linear_invariance.
 _DIRECT: dict[tuple, int] = {}
-# (id(weight), tile) -> (weakref to weight, MKL-packed weight for tile rows)
+# (id(weight), tile) -> (weakref to weight, prepacked weight)
 _PACKED: dict[tuple[int, int], tuple[weakref.ref, torch.Tensor]] = {}
-_pack_fp32 = True
+_PACK_MIN = 1 << 18          # smaller weights: the packed call's overhead outweighs its gain
 
 
-def _mkl_packing_available() -> bool:
+def _available(namespace: str, *ops: str) -> bool:
     try:
-        return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
+        backend = getattr(torch.backends, namespace)
+        return backend.is_available() and all(hasattr(getattr(torch.ops, namespace), op) for op in ops)
     except Exception:  # pragma: no cover - exotic builds
         return False
 
 
-_HAVE_MKL_PACK = _mkl_packing_available()
+_PACKERS = {
+    "onednn": _available("mkldnn", "_reorder_linear_weight", "_linear_pointwise"),
+    "mkl": _available("mkl", "_mkl_reorder_linear_weight", "_mkl_linear"),
+}
+_pack: str | None = "onednn" if _PACKERS["onednn"] else None
 
 
-def set_linear_packing(enabled: bool) -> None:
-    """Use MKL-packed fp32 weights for the tiles (about 2x faster small tiles,
-    one extra copy of every fp32 weight in memory).  Set it once, before the
-    first forward: packed and unpacked tiles need not round alike."""
-    global _pack_fp32
-    _pack_fp32 = enabled
+def set_linear_packing(mode: str | None) -> None:
+    """How the fixed linear tiles run on CPU:
+
+    "onednn" (default): weights prepacked once in oneDNN's blocked layout
+        (fp32 and bf16; one extra copy of each weight, same size).
+    "mkl": fp32 weights packed by MKL's sgemm_pack (fp32 tiles about 20%
+        faster than "onednn", but the packed copies are 2x to 9x the
+        weight's size: about 2.2 GB extra for SmolLM2-135M).
+    None: plain F.linear on each tile (no extra memory, slowest).
+
+    Packed and unpacked tiles need not round alike: choose once, before the
+    first forward, and keep it for the server's life."""
+    global _pack
+    if mode is not None and not _PACKERS.get(mode):
+        raise ValueError(f"linear packing {mode!r} is not available in this torch build")
+    _pack = mode
     _PACKED.clear()
 
 
 def _packed(weight: torch.Tensor, tile: int) -> torch.Tensor | None:
-    if not (_pack_fp32 and _HAVE_MKL_PACK and weight.dtype == torch.float32
-            and weight.device.type == "cpu" and weight.dim() == 2 and weight.is_contiguous()):
+    mode = _pack
+    if mode is None or weight.device.type != "cpu" or weight.dim() != 2 or weight.numel() < _PACK_MIN:
+        return None
+    if weight.dtype != torch.float32 and not (mode == "onednn" and weight.dtype == torch.bfloat16):
         return None
     key = (id(weight), tile)
     hit = _PACKED.get(key)
@@ -92,8 +114,10 @@ def _packed(weight: torch.Tensor, tile: int) -> torch.Tensor | None:
         return hit[1]
     try:
         with torch.inference_mode():
-            packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, tile)
-    except Exception:  # pragma: no cover - op missing at run time
+            w = weight.contiguous()
+            packed = (torch.ops.mkldnn._reorder_linear_weight(w, tile) if mode == "onednn"
+                      else torch.ops.mkl._mkl_reorder_linear_weight(w, tile))
+    except Exception:  # pragma: no cover - op refused at run time
         return None
     _PACKED[key] = (weakref.ref(weight), packed)
     weakref.finalize(weight, _PACKED.pop, key, None)
@@ -103,9 +127,11 @@ def _packed(weight: torch.Tensor, tile: int) -> torch.Tensor | None:
 def _tile_matmul(tile: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """One library matmul on exactly tile.shape[0] rows."""
     packed = _packed(weight, tile.shape[0])
-    if packed is not None:
+    if packed is None:
+        return F.linear(tile, weight, bias)
+    if _pack == "mkl":
         return torch.ops.mkl._mkl_linear(tile, packed, weight, bias, tile.shape[0])
-    return F.linear(tile, weight, bias)
+    return torch.ops.mkldnn._linear_pointwise(tile, packed, bias, "none", [], "")
 
 
 def _plan_key(weight: torch.Tensor) -> tuple:
@@ -127,6 +153,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     lead = x.shape[:-1]
     x = x.reshape(-1, x.shape[-1])
     rows = x.shape[0]
+    if rows == 0:
+        return x.new_empty((*lead, weight.shape[0]))
     direct = _DIRECT.get(_plan_key(weight))
     if direct is not None:
         if rows <= direct:
@@ -151,39 +179,47 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def probe_linear_invariance(weight_shapes, dtype: torch.dtype, device: str | torch.device = "cpu",
-                            max_rows: int = DIRECT_MAX_ROWS, seed: int = 0) -> dict[tuple[int, int], bool]:
+                            max_rows: int = DIRECT_MAX_ROWS, probe_rows: int = 128,
+                            seed: int = 0) -> dict[tuple[int, int], bool]:
     """Decide, per weight shape, whether the library matmul is row-invariant
     here (this dtype, device and the current thread count) and may be called
     directly; otherwise linear() keeps the fixed tiles.
 
-    weight_shapes: iterable of (out, in).  For each shape, random rows are
-    multiplied in calls of every row count 1..40 and of 48, 64, 96, 128, 192,
-    256 (up to max_rows), also starting at an odd row offset, and every row's
-    bits are compared with the same row in the largest call and in a 1-row
-    call.  A shape passes only if every comparison is bitwise equal; direct
-    calls are then cut into pieces of at most max_rows rows, so only probed
-    call sizes ever run.  This is evidence from a sample, not a construction:
-    the tiled path stays the default for every shape not probed.
+    weight_shapes: iterable of (out, in).  For each shape, with a random
+    weight, the first `probe_rows` of some random rows are multiplied one
+    row per call and in consecutive calls of every row count 1..40 and 48,
+    64, 96, 128, 192, 256 (up to max_rows), plus calls starting at an odd
+    row (unaligned); every row must be bitwise equal to the same row in one
+    max_rows-row call.  Differences can be rare (bf16 outputs hide most
+    accumulator differences: about 1 element in 8000 for the 1-row path of
+    a 1536-wide bf16 weight here), hence the many rows.  A passing shape's
+    direct calls are cut into pieces of at most max_rows rows, so only
+    probed call sizes ever run.  This is evidence from a sample, not a
+    construction: shapes not probed, or failing, keep the tiles.
     """
     device = torch.device(device)
     threads = torch.get_num_threads()
     counts = sorted({m for m in list(range(1, 41)) + [48, 64, 96, 128, 192, 256] if m <= max_rows} | {max_rows})
     top = counts[-1]
+    span = max(1, min(probe_rows, top))
     gen = torch.Generator().manual_seed(seed)
     result: dict[tuple[int, int], bool] = {}
     for shape in dict.fromkeys(tuple(s) for s in weight_shapes):
         out_f, in_f = shape
         w = (torch.randn(out_f, in_f, generator=gen) / math.sqrt(in_f)).to(device=device, dtype=dtype)
         x = torch.randn(top + 1, in_f, generator=gen).to(device=device, dtype=dtype)
+        ok = True
         with torch.inference_mode():
             ref = F.linear(x[:top], w)
-            ok = all(torch.equal(F.linear(x[i:i + 1], w), ref[i:i + 1]) for i in (0, 1, top // 2, top - 1))
             for m in counts:
+                for s in range(0, max(span, m) - m + 1, m):
+                    ok = ok and torch.equal(F.linear(x[s:s + m], w), ref[s:s + m])
                 if not ok:
                     break
-                ok = torch.equal(F.linear(x[:m], w), ref[:m])
-                if ok and m < top and m in (1, 2, 3, 7, 16, 17, 33, 64):
-                    ok = torch.equal(F.linear(x[1:m + 1], w), F.linear(x[1:top + 1], w)[:m])
+            if ok:
+                shifted = F.linear(x[1:top + 1], w)
+                ok = all(torch.equal(F.linear(x[1:m + 1], w), shifted[:m]) for m in (1, 2, 3, 7, 16, 17, 33)
+                         if m < top)
         result[shape] = ok
         key = (out_f, in_f, dtype, device.type, threads)
         if ok:
@@ -219,16 +255,17 @@ _Q = (0.49999988079071045, 0.166665181517601, 0.041669536381959915,
       0.008368941955268383, 0.001375131425447762)
 
 
-def exp_nonpositive(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
-    """exp(x) for fp32 x <= 0 (-inf allowed -> 0), from correctly rounded
-    basic operations only (no fused multiply-add), so each element's bits
-    depend on its value alone, not on where it sits in the tensor or how the
-    tensor is split into vector bodies, scalar tails and thread chunks.
-    Within 1 ulp of exp (0.25 ulp on average) for x >= -87 (results >= 2^-126,
-    fp32's normal range); from there to about -87.67 it gives the
-    correctly scaled subnormal of its polynomial, below that +0 (exp < 8e-39).
-    Masked keys (-inf) thus cost no subnormal arithmetic (a slow microcode
-    path on x86).
+def exact_exp(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    """exp(x) in fp32 from correctly rounded basic operations only (no fused
+    multiply-add), so each element's bits depend on its value alone, not on
+    where it sits in the tensor or how the tensor is split into vector
+    bodies, scalar tails and thread chunks.
+
+    Within 1 ulp of exp (0.27 ulp on average) for -87 <= x <= 88.  Inputs
+    are clamped to [-88, 88]: exp(x >= 88) gives exp(88) (1.65e38), and from
+    about -87.67 down (exp < 8e-39, -inf included) the result is +0, so
+    masked scores cost no subnormal arithmetic (a slow microcode path on
+    x86); in between it gives the correctly scaled subnormal.
 
     inplace=True overwrites x (contiguous fp32) with the result.  Large
     inputs are processed in cache-sized slices (elementwise, so slicing
@@ -236,7 +273,7 @@ def exp_nonpositive(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
     if not inplace:
         x = x.to(dtype=torch.float32, memory_format=torch.contiguous_format, copy=True)
     elif x.dtype != torch.float32 or not x.is_contiguous():
-        raise ValueError("exp_nonpositive(inplace=True) needs a contiguous fp32 tensor")
+        raise ValueError("exact_exp(inplace=True) needs a contiguous fp32 tensor")
     flat = x.view(-1)
     n = flat.numel()
     if n == 0:
@@ -250,21 +287,21 @@ def exp_nonpositive(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
 
 
 _EXP_SLICE = 1 << 16
-# Inputs are clamped here; round(-88 * log2 e) = -127, whose exponent
-# field is 0: the scale factor is +0.0, so exp(x <= -88) is exactly +0.
-_EXP_FLOOR = -88.0
+# Inputs are clamped to [-88, 88]; round(-88 * log2 e) = -127, whose
+# exponent field is 0: the scale factor is +0.0, so exp(-88) is exactly +0;
+# round(88 * log2 e) = 127, the largest normal exponent.
+_EXP_LOW, _EXP_HIGH = -88.0, 88.0
 
 
 def _exp_scratch(piece: int, device: torch.device) -> tuple[torch.Tensor, ...]:
-    f32 = torch.float32
-    return tuple(torch.empty(piece, dtype=f32, device=device) for _ in range(3))
+    return torch.empty((3, piece), dtype=torch.float32, device=device).unbind(0)
 
 
 def _exp_slice(x: torch.Tensor, n: torch.Tensor, t: torch.Tensor, p: torch.Tensor) -> None:
     """x <- exp(x) on a contiguous fp32 slice; n, t, p are scratch of x's size."""
-    x.clamp_(min=_EXP_FLOOR)                            # NaN stays NaN
+    x.clamp_(_EXP_LOW, _EXP_HIGH)                       # NaN stays NaN
     torch.mul(x, _LOG2E, out=n)
-    n.round_()                                          # n in [-127, 0]
+    n.round_()                                          # n in [-127, 127]
     torch.mul(n, _LN2_HI, out=t)
     x.sub_(t)                                           # exact (Sterbenz)
     torch.mul(n, _LN2_LO, out=t)
@@ -289,29 +326,30 @@ def _exp_slice(x: torch.Tensor, n: torch.Tensor, t: torch.Tensor, p: torch.Tenso
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    """silu(gate) * up, elementwise-exact: computed in fp32 (for fp32 and
-    bf16 inputs) as gate * s / (1 + e) * up with e = exp(-|gate|) and s = 1
-    (gate >= 0) or e (gate < 0), then cast back to gate's dtype once.
-    Processed in cache-sized slices (elementwise: no bit depends on them)."""
+    """silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise-exact:
+    computed in fp32 (for fp32 and bf16 inputs) with exact_exp and correctly
+    rounded +, /, *, then cast back to gate's dtype once.  (For gate < -88,
+    exp(-gate) is held at exp(88): the result is about gate / 1.65e38
+    instead of a value smaller still.)  Processed in cache-sized slices
+    (elementwise: no bit depends on them)."""
     out = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
     g_all, u_all, o_all = gate.reshape(-1), up.reshape(-1), out.view(-1)
     n = g_all.numel()
-    piece = max(1, min(n, _EXP_SLICE))
-    f32 = torch.float32
-    e_b, d_b = (torch.empty(piece, dtype=f32, device=gate.device) for _ in range(2))
+    if n == 0:
+        return out
+    piece = min(n, _EXP_SLICE)
+    e_b = torch.empty(piece, dtype=torch.float32, device=gate.device)
     scratch = _exp_scratch(piece, gate.device)
     for s in range(0, n, piece):
         m = min(n, s + piece) - s
-        g = g_all[s:s + m].to(f32)
-        e, den = e_b[:m], d_b[:m]
-        torch.abs(g, out=e)
+        g = g_all[s:s + m]
+        e = e_b[:m]
+        e.copy_(g)                                      # bf16 -> fp32 exactly
         e.neg_()
-        _exp_slice(e, *(b[:m] for b in scratch))        # exp(-|g|) in [0, 1]
-        torch.add(e, 1.0, out=den)                      # in [1, 2]
-        e.masked_fill_(g >= 0, 1.0)                     # sigmoid numerator
-        e.div_(den)                                     # sigmoid(g)
-        e.mul_(g)
-        e.mul_(u_all[s:s + m])                          # promotes bf16 up exactly
+        _exp_slice(e, *(b[:m] for b in scratch))        # exp(-g)
+        e.add_(1.0)
+        torch.div(g, e, out=e)                          # silu(g)
+        e.mul_(u_all[s:s + m])
         o_all[s:s + m] = e
     return out
 
@@ -323,25 +361,14 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm (Llama/Qwen): weight * (x / sqrt(mean(x^2) + eps)).to(x.dtype).
 
-    In fp32.  The squares are summed over the hidden axis by a pairwise tree
-    of elementwise adds (zero padded to a power of two), an order fixed by
-    the hidden size alone; mean, +eps, sqrt and 1/x are correctly rounded."""
+    The squares are fp32; their sum over the hidden axis is a float64
+    cumsum, a sequential walk along the axis (one fixed order, set by the
+    hidden size only); mean, +eps, sqrt and 1/x are correctly rounded
+    float64 ops; the scale is applied in fp32."""
     h = x.to(torch.float32)
-    ss = _tree_sum(h * h)
+    ss = torch.cumsum(h * h, dim=-1, dtype=torch.float64)[..., -1:]
     ss.div_(h.shape[-1]).add_(eps).sqrt_().reciprocal_()
-    return weight * (h * ss).to(x.dtype)
-
-
-def _tree_sum(x: torch.Tensor) -> torch.Tensor:
-    """Sum over the last axis by halving elementwise adds: [..., n] -> [..., 1]."""
-    n = x.shape[-1]
-    width = 1 << max(0, (n - 1).bit_length())
-    if width != n:
-        x = F.pad(x, (0, width - n))
-    while width > 1:
-        width //= 2
-        x = x[..., :width] + x[..., width:]
-    return x
+    return weight * (h * ss.to(torch.float32)).to(x.dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -381,7 +408,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> to
                (chunks are aligned to absolute positions), a query row's slot
                in the tile is what varies.
       max      exact (order-free) over the row's keys 0..p.
-      weights  exp_nonpositive(s - max), exactly 0 for masked keys.
+      weights  exact_exp(s - max), exactly 0 for masked keys.
       values   one bmm of fixed shape [kvh, T*G, kc] x [kvh, kc, hd] per
                item, and one [kvh, T*G, kc] x [kvh, kc, 1] (all ones) for
                the chunk's weight sums.
@@ -413,8 +440,6 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> to
     s = torch.empty((n, KVH, TG, kc), dtype=f32, device=dev)
     for j, (t, c) in enumerate(items):
         torch.bmm(qt[t], kt[c], out=s[j])
-    t_idx = torch.tensor([t for t, _ in items], dtype=torch.int64, device=dev)
-    c_idx = torch.tensor([c for _, c in items], dtype=torch.int64, device=dev)
 
     # a single partial tile (decode, verify): work on its real rows only
     live = min(R, T) * G if ntiles == 1 else TG
@@ -428,6 +453,9 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> to
         if o < kc - 1:
             sl[j].view(KVH, rl, G, kc).add_(bias[o + T:o + T + rl].view(1, rl, 1, kc))
     m = sl.amax(dim=-1)                                                               # [n, kvh, live]
+    if ntiles > 1 or nch > 1:
+        t_idx = torch.tensor([t for t, _ in items], dtype=torch.int64, device=dev)
+        c_idx = torch.tensor([c for _, c in items], dtype=torch.int64, device=dev)
     if ntiles > 1:
         m = torch.full((ntiles, KVH, live), _NEG_INF, dtype=f32, device=dev).scatter_reduce_(
             0, t_idx.view(n, 1, 1).expand(n, KVH, live), m, "amax")[t_idx]
@@ -435,10 +463,10 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> to
         m = m.amax(dim=0, keepdim=True)
     sl.sub_(m.unsqueeze(-1))
     if live == TG:
-        w = exp_nonpositive(s, inplace=True)
+        w = exact_exp(s, inplace=True)
     else:
         w = s.new_zeros(s.shape)
-        w[:, :, :live] = exp_nonpositive(sl)
+        w[:, :, :live] = exact_exp(sl)
 
     o = torch.empty((n, KVH, TG, D), dtype=f32, device=dev)
     d = torch.empty((n, KVH, TG, 1), dtype=f32, device=dev)
@@ -509,6 +537,8 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     _, KVH, B, _ = k_cache.shape
     if H % KVH:
         raise ValueError(f"{H} query heads do not group over {KVH} kv heads")
+    if R == 0:
+        return q.new_empty((0, H * D))
     L = start + R
     per, kc = _chunk_blocks(B)
     nblk = -(-L // B)
@@ -540,10 +570,14 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: i
 
     q [heads, rows, hd]; k, v [kv_heads, start+rows, hd] (the sequence's
     cache through the last row).  Returns [rows, heads*hd].  Same
-    construction (and the same bits) as paged_attention.
+    construction as paged_attention, with key chunks of ATTN_KEY_CHUNK
+    positions: the same bits as paged_attention whenever the block size
+    divides ATTN_KEY_CHUNK.
     """
     H, R, D = q.shape
     KVH, L, _ = k.shape
+    if R == 0:
+        return q.new_empty((0, H * D))
     kc = ATTN_KEY_CHUNK
     nch = -(-L // kc)
     f32 = torch.float32
