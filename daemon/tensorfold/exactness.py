@@ -80,7 +80,7 @@ def make_cases(n: int, max_tokens: int, seed: int) -> list[Case]:
         body = {
             "messages": [{"role": "system", "content": f"Session {run_id}-{i}. You are a helpful assistant."},
                          {"role": "user", "content": user}],
-            "max_tokens": rng.choice([16, 32, 64, 128, max_tokens]),
+            "max_tokens": rng.choice([max(1, max_tokens >> s) for s in (4, 3, 2, 1, 0)]),
             "seed": rng.randrange(1 << 31),
             "ignore_eos": rng.random() < 0.5,
             **SAMPLINGS[i % len(SAMPLINGS)],
@@ -157,11 +157,12 @@ COMPARISONS = ("concurrent (8, staggered) vs solo", "reused prefix vs fresh", "o
                "model drafted vs draft:false", "model drafted x8 concurrent vs draft:false")
 
 
-async def drafted_vs_serial(http: httpx.AsyncClient, cases: list[Case], fresh: list[dict[str, Any]] | None,
-                            seed: int, name: str, tallies: dict[str, Tally]) -> None:
+async def drafted_vs_serial(http: httpx.AsyncClient, cases: list[Case], seed: int, name: str,
+                            tallies: dict[str, Tally], alone: list[dict[str, Any]] | None = None,
+                            together: list[dict[str, Any]] | None = None) -> None:
     serial = await solo(http, [Case(c.index, {**c.body, "draft": False}) for c in cases])
-    alone = fresh if fresh is not None else await solo(http, cases)
-    together = await concurrent(http, cases, 8, seed + 1)
+    alone = alone or await solo(http, cases)
+    together = together or await concurrent(http, cases, 8, seed + 1)
     for c, s, a, t in zip(cases, serial, alone, together):
         tallies[f"{name} drafted vs draft:false"].add(c, s["sha"], a["sha"])
         tallies[f"{name} drafted x8 concurrent vs draft:false"].add(c, s["sha"], t["sha"])
@@ -179,7 +180,7 @@ async def run_suite(urls: dict[str, str | None], cases: list[Case], preempt_case
         streamed = await solo(http, cases, stream=True)
         together = await concurrent(http, cases, 8, seed)
         drafter = (await health(http)).get("drafter", "ngram")
-        await drafted_vs_serial(http, cases, fresh, seed, drafter, tallies)
+        await drafted_vs_serial(http, cases, seed, drafter, tallies, fresh, together)
     for c, f, r, s, t in zip(cases, fresh, reused, streamed, together):
         cached = r["usage"]["prompt_tokens_details"]["cached_tokens"]
         tallies["reused prefix vs fresh"].add(c, f["sha"], r["sha"] if cached > 0 else None,
@@ -192,7 +193,7 @@ async def run_suite(urls: dict[str, str | None], cases: list[Case], preempt_case
                 tallies["other prefill chunk vs default"].add(c, f["sha"], (await ask(http, c.body))["sha"])
     if urls.get("model"):
         async with httpx.AsyncClient(base_url=urls["model"], timeout=timeout) as http:
-            await drafted_vs_serial(http, cases, None, seed, "model", tallies)
+            await drafted_vs_serial(http, cases, seed, "model", tallies)
     async with httpx.AsyncClient(base_url=urls["preempt"], timeout=timeout) as http:
         long_cases = [c for c in cases if c.body["max_tokens"] >= 64 and c.body["ignore_eos"]][:preempt_cases]
         for c in long_cases:

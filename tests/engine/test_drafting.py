@@ -82,14 +82,17 @@ def test_replies_end_at_the_limit_with_drafts(engine):
 
 
 def test_draft_model_drafts_are_exact(tiny_model, echo_model):
-    # the target as its own draft model: greedy drafts are all kept
+    # the target as its own draft model: drafts drawn with the request's keyed rule are the
+    # target's own draws, so every one is kept, greedy or sampled
     with engine_on(tiny_model, parallel=4, draft_model=str(tiny_model)) as same:
         prompt = chat_prompt(same, TEXTS[2])
-        greedy = run(same, make_request(prompt, max_tokens=48, ignore_eos=True))
-        serial = run(same, make_request(prompt, max_tokens=48, ignore_eos=True, draft=False))
-        assert greedy.tokens == serial.tokens
-        assert greedy.finish.stats.drafted > 0
-        assert greedy.finish.stats.accepted == greedy.finish.stats.drafted
+        for sampling in SAMPLINGS:
+            drafted = run(same, make_request(prompt, max_tokens=48, ignore_eos=True, sampling=sampling))
+            serial = run(same, make_request(prompt, max_tokens=48, ignore_eos=True, draft=False,
+                                            sampling=sampling))
+            assert drafted.tokens == serial.tokens
+            assert drafted.finish.stats.drafted > 0
+            assert drafted.finish.stats.accepted == drafted.finish.stats.drafted
     # another model drafts: sampled replies, alone and concurrent, equal the serial ones
     with engine_on(tiny_model, parallel=8, draft_model=str(echo_model)) as other:
         serial = [run(other, r).tokens for r in requests(other, False)]

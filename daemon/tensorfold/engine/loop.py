@@ -121,7 +121,7 @@ class Engine:
             if s.lane_free and self._reserve(seq):
                 s.admit(seq)
                 seq.t_start = seq.t_start or time.perf_counter()
-                self.drafter.start(seq.request.id, seq.request.prompt)
+                self.drafter.start(seq.request.id, seq.request.prompt, seq.request.sampling)
                 continue
             victim = None if seq.background else s.victim()
             if victim is None:

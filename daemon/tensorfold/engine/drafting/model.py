@@ -1,9 +1,12 @@
-"""A smaller model with the same tokenizer guesses the next tokens (greedy).
+"""A smaller model with the same tokenizer guesses the next tokens.
 
 The draft model keeps its own paged KV per sequence. Each proposal first feeds
 the positions it has not seen (or saw with a guess that was not kept), then
-decodes k tokens greedily. Its guesses only decide how many positions a round
-settles: the target model's keyed draw decides every token.
+decodes k tokens with the request's own keyed rule (engine/sampler.py): the
+same seed and the same uniform for each reply position. Where the two models'
+distributions are close, the shared uniform makes the draft the very token the
+target will draw, at any temperature. The guesses only decide how many
+positions a round settles: the target model's draw decides every token.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from typing import Any
 import torch
 
 from ..cache import BlockCache
+from ..sampler import sample
+from ..types import SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +29,8 @@ log = logging.getLogger(__name__)
 class _State:
     blocks: list[int] = field(default_factory=list)
     fed: list[int] = field(default_factory=list)   # the tokens whose KV the draft model holds
+    prompt_len: int = 0
+    sampling: SamplingParams = field(default_factory=SamplingParams)
 
 
 class DraftModelDrafter:
@@ -36,9 +43,9 @@ class DraftModelDrafter:
         self.prefill_chunk = prefill_chunk
         self._seqs: dict[str, _State] = {}
 
-    def start(self, seq_id: str, tokens: Sequence[int]) -> None:
+    def start(self, seq_id: str, tokens: Sequence[int], sampling: SamplingParams) -> None:
         self.finish(seq_id)
-        self._seqs[seq_id] = _State()
+        self._seqs[seq_id] = _State(prompt_len=len(tokens), sampling=sampling)
 
     def finish(self, seq_id: str) -> None:
         state = self._seqs.pop(seq_id, None)
@@ -65,9 +72,9 @@ class DraftModelDrafter:
                 start = len(state.fed)
                 chunk = list(tokens[start:start + self.prefill_chunk])
                 logits = self._forward(state, chunk, start)
-            drafts = []
+            drafts: list[int] = []
             for _ in range(k):
-                token = int(torch.argmax(logits))
+                token = sample(logits, state.sampling, len(tokens) + len(drafts) - state.prompt_len)
                 drafts.append(token)
                 if len(drafts) == k:
                     break

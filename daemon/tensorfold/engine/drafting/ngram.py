@@ -34,7 +34,7 @@ class NgramDrafter:
         self.max_n, self.min_n = max_n, min_n
         self._seqs: dict[str, _Index] = {}
 
-    def start(self, seq_id: str, tokens: Sequence[int]) -> None:
+    def start(self, seq_id: str, tokens: Sequence[int], sampling: object = None) -> None:
         index = _Index(self.max_n)
         index.extend(tokens, self.max_n)
         self._seqs[seq_id] = index
