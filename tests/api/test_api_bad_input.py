@@ -91,10 +91,22 @@ CHAT_CASES = {
     "tool_choice unknown": (chat(tool_choice="sometimes"), "tool_choice"),
     # SPEC features not implemented yet: refused, never silently ignored
     "tool_choice required": (chat(tool_choice="required"), "tool_choice"),
-    "response_format json_object": (chat(response_format={"type": "json_object"}), "response_format"),
-    "guided_json": (chat(guided_json={"type": "object"}), "guided_json"),
-    "guided_regex": (chat(guided_regex="a+"), "guided_regex"),
-    "structured_outputs": (chat(structured_outputs={"regex": "a"}), "structured_outputs"),
+    # structured outputs: malformed values, grammars that do not compile, conflicts
+    "response_format unknown type": (chat(response_format={"type": "yaml"}), "response_format"),
+    "response_format schema missing": (chat(response_format={"type": "json_schema", "json_schema": {}}),
+                                       "response_format"),
+    "response_format not an object": (chat(response_format="json"), "response_format"),
+    "guided_json a number": (chat(guided_json=3), "guided_json"),
+    "guided_regex empty": (chat(guided_regex=""), "guided_regex"),
+    "guided_regex does not compile": (chat(guided_regex="a(b"), "guided_regex"),
+    "guided_choice empty": (chat(guided_choice=[]), "guided_choice"),
+    "guided_choice not strings": (chat(guided_choice=["a", 1]), "guided_choice"),
+    "guided_grammar does not compile": (chat(guided_grammar="root ::= (("), "guided_grammar"),
+    "guided_json schema does not compile": (chat(guided_json={"type": "objectx"}), "guided_json"),
+    "structured_outputs two kinds": (chat(structured_outputs={"regex": "a", "choice": ["b"]}),
+                                     "structured_outputs"),
+    "structured_outputs none": (chat(structured_outputs={}), "structured_outputs"),
+    "two grammar fields": (chat(guided_regex="a+", guided_choice=["a"]), "guided_choice"),
     "reasoning_effort": (chat(reasoning_effort="low"), "reasoning_effort"),
     "thinking_budget": (chat(thinking_budget=64), "thinking_budget"),
     "draft not a bool": (chat(draft="no"), "draft"),
@@ -184,7 +196,7 @@ def test_raw_bad_bodies(http, path, case):
 
 def test_unsupported_and_pending_codes_differ(http):
     unsupported = _post_and_check(http, CHAT, chat(n=2), "n", False)
-    pending = _post_and_check(http, CHAT, chat(response_format={"type": "json_object"}), "response_format", False)
+    pending = _post_and_check(http, CHAT, chat(thinking_budget=64), "thinking_budget", False)
     assert unsupported["code"] == "unsupported_parameter"
     assert pending["code"] == "not_implemented"
 

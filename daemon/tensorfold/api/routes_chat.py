@@ -8,6 +8,7 @@ from typing import Any
 from quart import Blueprint, Response
 
 from . import convert
+from .structured import attach_grammar
 from .generation import stream_reply, whole_reply
 from .parsing import read_body, validate
 from .payloads import ChatShape
@@ -31,8 +32,16 @@ async def run_chat(raw: dict[str, Any]) -> Response:
     state = get_state()
     model = state.resolve_model(body.model)
     request_id = new_id("chatcmpl")
-    engine_request = convert.chat_request(body, state.engine, state.config, request_id)
+    engine_request = await chat_engine_request(body, request_id)
     return await respond(state.engine, engine_request, ChatShape(request_id, model, int(time.time())), body.stream)
+
+
+async def chat_engine_request(body: ChatCompletionRequest, request_id: str) -> Any:
+    """The engine request for a validated chat body: rendered, fitted and
+    constrained, every refusal a 400. /v1/responses runs through it too."""
+    state = get_state()
+    engine_request = convert.chat_request(body, state.engine, state.config, request_id)
+    return await attach_grammar(engine_request, body, state.engine)
 
 
 async def respond(engine: Any, request: Any, shape: Any, stream: bool | None) -> Response:

@@ -12,6 +12,7 @@ import time
 from quart import Blueprint, Response
 
 from . import convert
+from .structured import attach_grammar
 from .parsing import read_body, validate
 from .payloads import CompletionShape
 from .routes_chat import respond, run_chat
@@ -31,5 +32,6 @@ async def completions() -> Response:
     model = state.resolve_model(body.model)
     request_id = new_id("cmpl")
     engine_request = convert.completion_request(body, state.engine, state.config, request_id)
+    engine_request = await attach_grammar(engine_request, body, state.engine)
     shape = CompletionShape(request_id, model, int(time.time()))
     return await respond(state.engine, engine_request, shape, body.stream)

@@ -159,12 +159,63 @@ def _draft(v: Any) -> bool | None:
 
 ThinkingBudget = Pending("thinking_budget", lambda v: type(v) is int and v == 0)
 ReasoningEffort = Pending("reasoning_effort")
-ResponseFormat = Pending("response_format (structured output)", lambda v: v == {"type": "text"})
-GuidedJson = Pending("guided_json")
-GuidedRegex = Pending("guided_regex")
-GuidedChoice = Pending("guided_choice")
-GuidedGrammar = Pending("guided_grammar")
-StructuredOutputs = Pending("structured_outputs")
+def _response_format(v: Any) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict) or v.get("type") not in ("text", "json_object", "json_schema"):
+        fail('must be {"type": "text"}, {"type": "json_object"} or '
+             '{"type": "json_schema", "json_schema": {"schema": {...}}}')
+    if v["type"] == "text":
+        return None
+    if v["type"] == "json_schema":
+        spec = v.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema"), (dict, bool)):
+            fail('json_schema must be an object holding a "schema" object')
+    return copy.deepcopy(v)
+
+
+def _json_schema_value(v: Any) -> Any:
+    if v is None or isinstance(v, (dict, bool, str)):
+        return copy.deepcopy(v)
+    fail(f"must be a JSON schema (an object or a JSON string), not {_kind(v)}")
+
+
+def _text_value(v: Any) -> str | None:
+    if v is None or (isinstance(v, str) and v):
+        return v
+    fail("must be a non-empty string" if isinstance(v, str) else f"must be a string, not {_kind(v)}")
+
+
+def _choice_value(v: Any) -> list[str] | None:
+    if v is None:
+        return None
+    if not isinstance(v, list) or not v or not all(isinstance(c, str) for c in v):
+        fail("must be a non-empty array of strings")
+    return list(v)
+
+
+def _structured_outputs(v: Any) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        fail(f"must be an object, not {_kind(v)}")
+    keys = [k for k in ("json", "json_object", "regex", "choice", "grammar") if v.get(k) not in (None, False)]
+    if len(keys) != 1:
+        fail("must set exactly one of json, json_object, regex, choice or grammar")
+    key = keys[0]
+    value = {"json": _json_schema_value, "regex": _text_value, "grammar": _text_value,
+             "choice": _choice_value, "json_object": lambda x: x}[key](v[key])
+    if key == "json_object" and value is not True:
+        fail("json_object must be true")
+    return {key: value}
+
+
+ResponseFormat = Annotated[Any, BeforeValidator(_response_format)]
+GuidedJson = Annotated[Any, BeforeValidator(_json_schema_value)]
+GuidedRegex = Annotated[Any, BeforeValidator(_text_value)]
+GuidedChoice = Annotated[Any, BeforeValidator(_choice_value)]
+GuidedGrammar = Annotated[Any, BeforeValidator(_text_value)]
+StructuredOutputs = Annotated[Any, BeforeValidator(_structured_outputs)]
 Draft = Annotated[bool | None, BeforeValidator(_draft)]
 Tools = Annotated[list[dict[str, Any]] | None, BeforeValidator(_tools)]
 ToolChoice = Annotated[Any, BeforeValidator(_tool_choice)]

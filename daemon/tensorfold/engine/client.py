@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -44,6 +45,7 @@ class EngineClient:
         self.context_length = plan.context_length
         self.kv_plan = plan
         self.lanes = lanes
+        self._grammar: Any = None
         self.drafter = self._drafter(config, plan) if config.draft_model else NgramDrafter()
         self.engine = Engine(self.runner, self.tokenizer, EngineLimits(
             lanes=lanes, num_blocks=plan.num_blocks, block_size=plan.block_size,
@@ -61,6 +63,14 @@ class EngineClient:
         runner = TorchRunner(folder, dtype=config.dtype, device=config.device)
         log.info("drafting with %s", folder.name)
         return DraftModelDrafter(runner, plan.num_blocks, plan.block_size, config.prefill_chunk)
+
+    def grammar_compiler(self) -> Any:
+        """The grammar compiler for this tokenizer (built on first use; needs xgrammar)."""
+        if self._grammar is None:
+            from ..grammar import GrammarCompiler
+
+            self._grammar = GrammarCompiler(self.tokenizer, vocab_size=self.runner.vocab_size)
+        return self._grammar
 
     def start(self) -> None:
         self.engine.start()

@@ -1,0 +1,69 @@
+"""Structured outputs at the edge: which grammar a request asks for, compiled before any token.
+
+One request names at most one of: response_format (json_schema, json_object),
+vLLM's guided_json, guided_regex, guided_choice, guided_grammar (EBNF), or
+structured_outputs (json, json_object, regex, choice, grammar). Compiling runs
+off the event loop (grammar/compile.py's pool, cached by text); a grammar that
+xgrammar cannot compile, a server without xgrammar, and a grammar sent with a
+forced tool call are each a 400 before any token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+from ..engine.types import Request
+from ..grammar import GrammarError, GrammarSpec, GrammarUnavailable
+from . import errors
+
+STRUCTURED_KINDS = {"json": "json_schema", "json_object": "json_object", "regex": "regex",
+                    "choice": "choice", "grammar": "ebnf"}
+
+
+def grammar_request(body: Any) -> tuple[str, Any, str] | None:
+    """(kind, value, field) of the grammar a validated body asks for; None for free text."""
+    found: list[tuple[str, str, Any]] = []
+    fmt = body.response_format
+    if fmt is not None and fmt["type"] == "json_object":
+        found.append(("response_format", "json_object", None))
+    elif fmt is not None and fmt["type"] == "json_schema":
+        found.append(("response_format", "json_schema", fmt["json_schema"]["schema"]))
+    for field, kind in (("guided_json", "json_schema"), ("guided_regex", "regex"),
+                        ("guided_choice", "choice"), ("guided_grammar", "ebnf")):
+        if getattr(body, field) is not None:
+            found.append((field, kind, getattr(body, field)))
+    if body.structured_outputs is not None:
+        (key, value), = body.structured_outputs.items()
+        found.append((f"structured_outputs.{key}", STRUCTURED_KINDS[key], value))
+    if not found:
+        return None
+    if len(found) > 1:
+        names = ", ".join(f[0] for f in found)
+        raise errors.invalid(f"Send one structured-output field, not several ({names})", param=found[1][0])
+    field, kind, value = found[0]
+    return kind, value, field
+
+
+async def attach_grammar(request: Request, body: Any, engine: Any) -> Request:
+    """`request` with the body's grammar as a constraint (compiled off the event loop)."""
+    asked = grammar_request(body)
+    if asked is None:
+        return request
+    kind, value, field = asked
+    choice = getattr(body, "tool_choice", None)
+    if choice == "required" or isinstance(choice, dict):
+        raise errors.invalid("A structured-output grammar cannot be combined with a forced tool call "
+                             "(tool_choice \"required\" or a named function)", param="tool_choice")
+    try:
+        spec = GrammarSpec.of(kind, value)
+        compiler = engine.grammar_compiler()
+        await asyncio.wrap_future(compiler.compile_async(spec))
+        constraint = compiler.constraint(spec)         # a cache hit now
+    except GrammarUnavailable as exc:
+        raise errors.invalid(str(exc), param=field) from exc
+    except GrammarError as exc:
+        raise errors.invalid(f"Invalid '{field}': the grammar does not compile: {exc.reason or exc}",
+                             param=field) from exc
+    return dataclasses.replace(request, constraints=(*request.constraints, constraint))
