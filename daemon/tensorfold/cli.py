@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--served-model-name", default=None, help="the model id clients see")
     serve.add_argument("--alias", action="append", default=[], help="another model id to answer to")
     serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1")
+    serve.add_argument("--tool-parser", default=None,
+                       choices=["qwen_xml", "hermes", "gemma4", "glm", "json"],
+                       help="tool-call format of the model's replies (default: from its chat template)")
     serve.add_argument("--max-tokens", type=int, default=None,
                        help="default reply limit (default: the remaining context)")
     serve.add_argument("--temperature", type=float, default=1.0)
@@ -105,6 +108,7 @@ def _serve(args: argparse.Namespace) -> int:
     config = ServerConfig(
         host=args.host, port=args.port, served_model_name=args.served_model_name,
         aliases=tuple(args.alias), api_key=args.api_key, max_tokens=args.max_tokens,
+        tool_parser=args.tool_parser,
         sampling=SamplingDefaults(args.temperature, args.top_p, args.top_k, args.min_p),
         engine=engine_cfg,
     )

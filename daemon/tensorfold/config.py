@@ -43,5 +43,6 @@ class ServerConfig:
     api_key: str | None = None
     max_tokens: int | None = None          # default reply limit; None: remaining context
     max_body_bytes: int = 32 * 1024 * 1024
+    tool_parser: str | None = None         # tool-call format; None: chosen from the chat template
     sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
     engine: EngineConfig = field(default_factory=EngineConfig)

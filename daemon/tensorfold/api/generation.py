@@ -32,7 +32,8 @@ class Generator(Protocol):
 class Shape(Protocol):
     def whole(self, text: str, finish: Finish) -> dict[str, Any]: ...
     def first_chunk(self) -> dict[str, Any] | None: ...
-    def text_chunk(self, text: str) -> dict[str, Any]: ...
+    def text_chunks(self, text: str) -> list[dict[str, Any]]: ...
+    def end_chunks(self) -> list[dict[str, Any]]: ...
     def finish_chunk(self, finish: Finish) -> dict[str, Any]: ...
     def usage_chunk(self, finish: Finish) -> dict[str, Any]: ...
 
@@ -93,10 +94,12 @@ async def stream_reply(engine: Generator, request: Request, shape: Shape) -> Asy
     try:
         async with aclosing(_run(engine, request)) as deltas:
             async for delta in deltas:
-                if delta.text:
-                    yield event(shape.text_chunk(delta.text))
+                for chunk in shape.text_chunks(delta.text):
+                    yield event(chunk)
                 finish = delta.finish
         finish = _check_finish(finish)
+        for chunk in shape.end_chunks():
+            yield event(chunk)
     except GenerationFailed as exc:
         yield event(errors.envelope(str(exc), type=errors.SERVER_ERROR))
         yield DONE

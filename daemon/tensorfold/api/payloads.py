@@ -9,10 +9,11 @@ top-level `tensorfold` block of generation statistics.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.types import Finish, FinishReason, Stats, Usage
+from .chat_reply import ChatReply
 
 FINISH_REASONS = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length"}
 
@@ -49,18 +50,22 @@ def finish_reason(finish: Finish) -> str:
     return FINISH_REASONS[finish.reason]
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class ChatShape:
     id: str
     model: str
     created: int
+    reply: ChatReply = field(default_factory=lambda: ChatReply(None))
+
+    def _reason(self, finish: Finish) -> str:
+        return "tool_calls" if self.reply.calls else finish_reason(finish)
 
     def _head(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
     def whole(self, text: str, finish: Finish) -> dict[str, Any]:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                  "finish_reason": finish_reason(finish), "logprobs": None}
+        message = self.reply.message(text)
+        choice = {"index": 0, "message": message, "finish_reason": self._reason(finish), "logprobs": None}
         return {**self._head("chat.completion"), "choices": [choice],
                 "usage": usage_json(finish.usage), "tensorfold": stats_json(finish.stats)}
 
@@ -71,11 +76,14 @@ class ChatShape:
     def first_chunk(self) -> dict[str, Any] | None:
         return self._chunk({"role": "assistant", "content": ""})
 
-    def text_chunk(self, text: str) -> dict[str, Any]:
-        return self._chunk({"content": text})
+    def text_chunks(self, text: str) -> list[dict[str, Any]]:
+        return [self._chunk(delta) for delta in self.reply.feed(text)]
+
+    def end_chunks(self) -> list[dict[str, Any]]:
+        return [self._chunk(delta) for delta in self.reply.end()]
 
     def finish_chunk(self, finish: Finish) -> dict[str, Any]:
-        return self._chunk({}, finish_reason(finish))
+        return self._chunk({}, self._reason(finish))
 
     def usage_chunk(self, finish: Finish) -> dict[str, Any]:
         return {**self._head("chat.completion.chunk"), "choices": [],
@@ -101,8 +109,11 @@ class CompletionShape:
     def first_chunk(self) -> dict[str, Any] | None:
         return None
 
-    def text_chunk(self, text: str) -> dict[str, Any]:
-        return {**self._head(), "choices": [self._choice(text, None)]}
+    def text_chunks(self, text: str) -> list[dict[str, Any]]:
+        return [{**self._head(), "choices": [self._choice(text, None)]}] if text else []
+
+    def end_chunks(self) -> list[dict[str, Any]]:
+        return []
 
     def finish_chunk(self, finish: Finish) -> dict[str, Any]:
         return {**self._head(), "choices": [self._choice("", finish_reason(finish))]}

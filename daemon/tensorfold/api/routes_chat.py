@@ -8,6 +8,7 @@ from typing import Any
 from quart import Blueprint, Response
 
 from . import convert
+from .chat_reply import ChatReply, reply_parser
 from .structured import attach_grammar
 from .generation import stream_reply, whole_reply
 from .parsing import read_body, validate
@@ -33,7 +34,9 @@ async def run_chat(raw: dict[str, Any]) -> Response:
     model = state.resolve_model(body.model)
     request_id = new_id("chatcmpl")
     engine_request = await chat_engine_request(body, request_id)
-    return await respond(state.engine, engine_request, ChatShape(request_id, model, int(time.time())), body.stream)
+    parser = reply_parser(state.engine, body, engine_request.prompt, state.config.tool_parser)
+    shape = ChatShape(request_id, model, int(time.time()), ChatReply(parser))
+    return await respond(state.engine, engine_request, shape, body.stream)
 
 
 async def chat_engine_request(body: ChatCompletionRequest, request_id: str) -> Any:

@@ -59,6 +59,11 @@ class Tokenizer:
             log.warning("tokenizer in %s names no end-of-sequence token", self.folder)
 
     @property
+    def chat_template(self) -> str:
+        template = getattr(self.hf, "chat_template", None)
+        return template if isinstance(template, str) else ""
+
+    @property
     def has_chat_template(self) -> bool:
         return bool(getattr(self.hf, "chat_template", None))
 

@@ -1,0 +1,73 @@
+"""Tool calls in chat replies: parsed from the reply text, streamed and whole alike.
+
+The tiny random model cannot decide to call a tool, so a grammar makes its
+reply a Hermes-style call; the reply parser then turns that text into
+tool_calls, exactly as it would for a model that wrote the call itself.
+"""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+
+from tensorfold.config import EngineConfig, ServerConfig
+from tensorfold.engine.client import EngineClient
+from tests.servers import running
+
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+PROSE = "It is sunny."
+
+
+@pytest.fixture(scope="module")
+def hermes(tiny_model):
+    engine = EngineClient(tiny_model, EngineConfig(dtype="float32", device="cpu", kv_memory=0.1))
+    with running(engine, ServerConfig(tool_parser="hermes")) as served:
+        with openai.OpenAI(base_url=served.base_url, api_key="x", max_retries=0, timeout=60) as client:
+            yield client, served.served_id
+
+
+def ask(hermes, reply_regex: str, stream: bool = False, **kw):
+    client, model = hermes
+    return client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[TOOL],
+        max_tokens=80, stream=stream, extra_body={"guided_regex": reply_regex}, **kw)
+
+
+def escape(text: str) -> str:
+    return "".join("\\" + c if c in "{}[]().*+?|^$\\" else c for c in text)
+
+
+def test_a_call_comes_back_as_tool_calls(hermes):
+    reply = ask(hermes, escape(CALL))
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+    assert call.id.startswith("call_") and not choice.message.content
+
+
+def test_streamed_call_equals_whole(hermes):
+    chunks = list(ask(hermes, escape(CALL), stream=True))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    calls = [tc for d in deltas for tc in (d.tool_calls or [])]
+    assert calls[0].function.name == "get_weather" and calls[0].id.startswith("call_")
+    assert json.loads("".join(tc.function.arguments or "" for tc in calls)) == {"city": "Paris"}
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+    assert not "".join(d.content or "" for d in deltas)
+
+
+def test_prose_and_unoffered_calls_stay_content(hermes):
+    assert ask(hermes, escape(PROSE)).choices[0].message.content == PROSE
+    other = CALL.replace("get_weather", "launch_rocket")
+    reply = ask(hermes, escape(other))
+    assert reply.choices[0].message.content == other and not reply.choices[0].message.tool_calls
+    assert reply.choices[0].finish_reason == "stop"
+
+
+def test_tool_choice_none_hides_tools_and_parses_nothing(hermes):
+    reply = ask(hermes, escape(CALL), tool_choice="none")
+    assert reply.choices[0].message.content == CALL and reply.choices[0].finish_reason == "stop"
