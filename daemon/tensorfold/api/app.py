@@ -3,7 +3,8 @@ error handlers that turn every failure into the OpenAI error envelope.
 
     400 invalid_request_error   malformed body or field (param names it)
     401 invalid_request_error   /v1/* without `Authorization: Bearer <key>` when a key is set
-    404 invalid_request_error   unknown route, unknown model (code model_not_found)
+    404 invalid_request_error   unknown route, unknown model (code model_not_found),
+                                unknown stored response (code not_found)
     405 invalid_request_error   wrong method (with an Allow header)
     413 invalid_request_error   body over config.max_body_bytes
     500 server_error            generation failed, or a bug
@@ -18,7 +19,8 @@ from quart import Quart, Response, request
 from werkzeug.exceptions import HTTPException
 
 from ..config import ServerConfig
-from . import errors, routes_chat, routes_completions, routes_health, routes_models
+from ..store import MemoryStore, ResponseStore
+from . import errors, routes_chat, routes_completions, routes_health, routes_models, routes_responses
 from .errors import APIError
 from .server import ServerThread, serve, serve_async
 from .sse import json_response
@@ -32,14 +34,16 @@ _HTTP_CODES = {401: errors.INVALID_API_KEY, 404: "not_found", 405: "method_not_a
                413: "request_too_large"}
 
 
-def create_app(engine, config: ServerConfig) -> Quart:
+def create_app(engine, config: ServerConfig, store: ResponseStore | None = None) -> Quart:
     """The HTTP edge for `engine` (an EngineClient). The caller owns the
-    engine: starting and stopping it is not the app's business."""
+    engine: starting and stopping it is not the app's business. `store` keeps
+    finished responses (/v1/responses); default: a new MemoryStore."""
     app = Quart("tensorfold.api")
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     served_id = config.served_model_name or engine.model_name
-    app.extensions[EXTENSION] = AppState(engine, config, served_id, tuple(config.aliases))
-    for module in (routes_models, routes_health, routes_chat, routes_completions):
+    app.extensions[EXTENSION] = AppState(engine, config, served_id, tuple(config.aliases),
+                                         responses=store if store is not None else MemoryStore())
+    for module in (routes_models, routes_health, routes_chat, routes_completions, routes_responses):
         app.register_blueprint(module.bp)
     if config.api_key:
         app.before_request(_require_key(config.api_key))

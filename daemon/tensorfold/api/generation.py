@@ -42,7 +42,7 @@ class GenerationFailed(Exception):
     """The engine could not finish the reply; the message is for the client."""
 
 
-def _check_finish(finish: Finish | None) -> Finish:
+def check_finish(finish: Finish | None) -> Finish:
     if finish is None:
         raise GenerationFailed("the engine stopped without finishing the reply")
     if finish.reason is FinishReason.ERROR:
@@ -52,7 +52,7 @@ def _check_finish(finish: Finish | None) -> Finish:
     return finish
 
 
-async def _run(engine: Generator, request: Request) -> AsyncIterator[Delta]:
+async def run_engine(engine: Generator, request: Request) -> AsyncIterator[Delta]:
     """The engine's deltas through the last one; engine exceptions become
     GenerationFailed (cancellation passes through untouched)."""
     try:
@@ -73,11 +73,11 @@ async def whole_reply(engine: Generator, request: Request, shape: Shape) -> dict
     parts: list[str] = []
     finish: Finish | None = None
     try:
-        async with aclosing(_run(engine, request)) as deltas:
+        async with aclosing(run_engine(engine, request)) as deltas:
             async for delta in deltas:
                 parts.append(delta.text)
                 finish = delta.finish
-        finish = _check_finish(finish)
+        finish = check_finish(finish)
     except GenerationFailed as exc:
         raise errors.server_error(str(exc)) from None
     return shape.whole("".join(parts), finish)
@@ -92,12 +92,12 @@ async def stream_reply(engine: Generator, request: Request, shape: Shape) -> Asy
         yield event(first)
     finish: Finish | None = None
     try:
-        async with aclosing(_run(engine, request)) as deltas:
+        async with aclosing(run_engine(engine, request)) as deltas:
             async for delta in deltas:
                 for chunk in shape.text_chunks(delta.text):
                     yield event(chunk)
                 finish = delta.finish
-        finish = _check_finish(finish)
+        finish = check_finish(finish)
         for chunk in shape.end_chunks():
             yield event(chunk)
     except GenerationFailed as exc:

@@ -10,6 +10,7 @@ from typing import Any
 from quart import current_app
 
 from ..config import ServerConfig
+from ..store import MemoryStore, ResponseStore
 from . import errors
 
 EXTENSION = "tensorfold"
@@ -22,6 +23,7 @@ class AppState:
     served_id: str
     aliases: tuple[str, ...]
     started: int = field(default_factory=lambda: int(time.time()))
+    responses: ResponseStore = field(default_factory=MemoryStore)   # the Responses store
 
     @property
     def model_names(self) -> tuple[str, ...]:
