@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tool-parser", default=None,
                        choices=["qwen_xml", "hermes", "gemma4", "glm", "json"],
                        help="tool-call format of the model's replies (default: from its chat template)")
+    serve.add_argument("--reasoning-effort", default=None,
+                       choices=["none", "minimal", "low", "medium", "high", "xhigh"],
+                       help="effort for requests that send none (default: the template's own)")
     serve.add_argument("--max-tokens", type=int, default=None,
                        help="default reply limit (default: the remaining context)")
     serve.add_argument("--temperature", type=float, default=1.0)
@@ -108,7 +111,7 @@ def _serve(args: argparse.Namespace) -> int:
     config = ServerConfig(
         host=args.host, port=args.port, served_model_name=args.served_model_name,
         aliases=tuple(args.alias), api_key=args.api_key, max_tokens=args.max_tokens,
-        tool_parser=args.tool_parser,
+        tool_parser=args.tool_parser, reasoning_effort=args.reasoning_effort,
         sampling=SamplingDefaults(args.temperature, args.top_p, args.top_k, args.min_p),
         engine=engine_cfg,
     )

@@ -44,5 +44,6 @@ class ServerConfig:
     max_tokens: int | None = None          # default reply limit; None: remaining context
     max_body_bytes: int = 32 * 1024 * 1024
     tool_parser: str | None = None         # tool-call format; None: chosen from the chat template
+    reasoning_effort: str | None = None    # effort for requests that send none; None: the template's
     sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
     engine: EngineConfig = field(default_factory=EngineConfig)

@@ -107,7 +107,10 @@ CHAT_CASES = {
                                      "structured_outputs"),
     "structured_outputs none": (chat(structured_outputs={}), "structured_outputs"),
     "two grammar fields": (chat(guided_regex="a+", guided_choice=["a"]), "guided_choice"),
-    "reasoning_effort": (chat(reasoning_effort="low"), "reasoning_effort"),
+    "reasoning_effort unknown": (chat(reasoning_effort="extreme"), "reasoning_effort"),
+    "reasoning_effort a number": (chat(reasoning_effort=3), "reasoning_effort"),
+    "template reasoning_effort unknown": (chat(chat_template_kwargs={"reasoning_effort": "max"}),
+                                          "chat_template_kwargs.reasoning_effort"),
     "thinking_budget": (chat(thinking_budget=64), "thinking_budget"),
     "draft not a bool": (chat(draft="no"), "draft"),
 }

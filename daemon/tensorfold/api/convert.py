@@ -19,6 +19,7 @@ from ..config import SamplingDefaults, ServerConfig
 from ..engine.sampler import derive_seed
 from ..engine.types import Priority, Request, SamplingParams
 from . import errors
+from .reasoning import effort_kwargs
 from .messages import demote_later_system, template_messages
 from .priority import request_priority
 from .schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
@@ -50,7 +51,9 @@ def chat_request(body: ChatCompletionRequest, engine: Engine, config: ServerConf
                  request_id: str) -> Request:
     messages = template_messages(body.messages)
     tools = None if body.tool_choice == "none" else body.tools   # "none" hides tools
-    prompt = render_prompt(engine.tokenizer, messages, tools, template_kwargs(body.chat_template_kwargs))
+    kwargs = effort_kwargs(template_kwargs(body.chat_template_kwargs), body.reasoning_effort,
+                           config.reasoning_effort, getattr(engine.tokenizer, "chat_template", ""))
+    prompt = render_prompt(engine.tokenizer, messages, tools, kwargs)
     if body.max_completion_tokens is not None:
         explicit, param = body.max_completion_tokens, "max_completion_tokens"
     else:

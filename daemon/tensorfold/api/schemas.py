@@ -158,7 +158,13 @@ def _draft(v: Any) -> bool | None:
 # -- shared request fields --------------------------------------------------
 
 ThinkingBudget = Pending("thinking_budget", lambda v: type(v) is int and v == 0)
-ReasoningEffort = Pending("reasoning_effort")
+def _reasoning_effort(v: Any) -> str | None:
+    if v is None or v in ("none", "minimal", "low", "medium", "high", "xhigh"):
+        return v
+    fail(f"must be one of none, minimal, low, medium, high, xhigh, not {v!r}")
+
+
+ReasoningEffort = Annotated[Any, BeforeValidator(_reasoning_effort)]
 def _response_format(v: Any) -> dict[str, Any] | None:
     if v is None:
         return None

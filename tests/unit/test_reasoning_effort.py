@@ -1,0 +1,34 @@
+"""The reasoning-effort rule: what the chat template hears."""
+
+import pytest
+
+from tensorfold.api.errors import APIError
+from tensorfold.api.reasoning import effort_kwargs
+
+PLAIN = "{% if enable_thinking %}<think>{% endif %}{{ reasoning_effort }}"
+NAMES_HIGH = PLAIN + "{% if reasoning_effort == 'high' %}High{% endif %}"
+
+
+@pytest.mark.parametrize("kwargs, effort, default, template, expected", [
+    ({}, None, None, PLAIN, {}),                                                   # the template's default
+    ({}, "none", None, PLAIN, {"enable_thinking": False}),                         # none: thinking off
+    ({}, "medium", None, PLAIN, {"enable_thinking": True, "reasoning_effort": "medium"}),
+    ({}, "high", None, PLAIN, {"enable_thinking": True, "reasoning_effort": "xhigh"}),
+    ({}, "minimal", None, PLAIN, {"enable_thinking": True, "reasoning_effort": "low"}),
+    ({}, "high", None, NAMES_HIGH, {"enable_thinking": True, "reasoning_effort": "high"}),
+    ({"reasoning_effort": "low"}, None, None, PLAIN, {"enable_thinking": True, "reasoning_effort": "low"}),
+    ({"reasoning_effort": "low"}, "medium", None, PLAIN,                          # the top-level field wins
+     {"enable_thinking": True, "reasoning_effort": "medium"}),
+    ({}, None, "low", PLAIN, {"enable_thinking": True, "reasoning_effort": "low"}),  # --reasoning-effort
+    ({"enable_thinking": False}, "high", None, PLAIN, {"enable_thinking": False}),  # explicit switch wins,
+    ({"enable_thinking": True}, "none", None, PLAIN, {"enable_thinking": True}),    # no effort while off
+])
+def test_effort_rule(kwargs, effort, default, template, expected):
+    before = dict(kwargs)
+    assert effort_kwargs(kwargs, effort, default, template) == expected
+    assert kwargs == before                     # the caller's dict is not changed
+
+
+def test_unknown_effort_in_template_kwargs_is_refused():
+    with pytest.raises(APIError):
+        effort_kwargs({"reasoning_effort": "max"}, None, None, PLAIN)
