@@ -67,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--reasoning-effort", default=None,
                        choices=["none", "minimal", "low", "medium", "high", "xhigh"],
                        help="effort for requests that send none (default: the template's own)")
+    serve.add_argument("--thinking-budget", type=int, default=None,
+                       help="close a think block still open after this many reply tokens (default: no limit)")
     serve.add_argument("--max-tokens", type=int, default=None,
                        help="default reply limit (default: the remaining context)")
     serve.add_argument("--temperature", type=float, default=1.0)
@@ -112,6 +114,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=args.host, port=args.port, served_model_name=args.served_model_name,
         aliases=tuple(args.alias), api_key=args.api_key, max_tokens=args.max_tokens,
         tool_parser=args.tool_parser, reasoning_effort=args.reasoning_effort,
+        thinking_budget=args.thinking_budget,
         sampling=SamplingDefaults(args.temperature, args.top_p, args.top_k, args.min_p),
         engine=engine_cfg,
     )

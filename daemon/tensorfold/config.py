@@ -45,5 +45,6 @@ class ServerConfig:
     max_body_bytes: int = 32 * 1024 * 1024
     tool_parser: str | None = None         # tool-call format; None: chosen from the chat template
     reasoning_effort: str | None = None    # effort for requests that send none; None: the template's
+    thinking_budget: int | None = None     # thinking tokens before the block is closed; None: no limit
     sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
     engine: EngineConfig = field(default_factory=EngineConfig)

@@ -111,7 +111,9 @@ CHAT_CASES = {
     "reasoning_effort a number": (chat(reasoning_effort=3), "reasoning_effort"),
     "template reasoning_effort unknown": (chat(chat_template_kwargs={"reasoning_effort": "max"}),
                                           "chat_template_kwargs.reasoning_effort"),
-    "thinking_budget": (chat(thinking_budget=64), "thinking_budget"),
+    "thinking_budget negative": (chat(thinking_budget=-1), "thinking_budget"),
+    "thinking_budget fractional": (chat(thinking_budget=2.5), "thinking_budget"),
+    "thinking_budget a string": (chat(thinking_budget="64"), "thinking_budget"),
     "draft not a bool": (chat(draft="no"), "draft"),
 }
 
@@ -199,7 +201,7 @@ def test_raw_bad_bodies(http, path, case):
 
 def test_unsupported_and_pending_codes_differ(http):
     unsupported = _post_and_check(http, CHAT, chat(n=2), "n", False)
-    pending = _post_and_check(http, CHAT, chat(thinking_budget=64), "thinking_budget", False)
+    pending = _post_and_check(http, CHAT, chat(tool_choice="required"), "tool_choice", False)
     assert unsupported["code"] == "unsupported_parameter"
     assert pending["code"] == "not_implemented"
 

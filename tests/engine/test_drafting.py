@@ -122,3 +122,28 @@ def test_draft_model_with_another_tokenizer_is_refused(tiny_model, tmp_path):
     with pytest.raises(CheckpointError, match="tokenizer"):
         with engine_on(tiny_model, draft_model=str(other)):
             pass
+
+
+def test_thinking_budget_closes_an_open_block_at_its_budget(engine):
+    from tensorfold.engine.constraints import ThinkingBudget
+
+    tok = engine.tokenizer
+    close, marker = tuple(tok.encode("\n</think>\n\n")), tuple(tok.encode("</think>"))
+    rule = ThinkingBudget(6, close, marker, tuple(tok.encode("<think>")), inside=True)
+    prompt = chat_prompt(engine, TEXTS[1])
+    for sampling in SAMPLINGS:
+        drafted = run(engine, make_request(prompt, max_tokens=30, ignore_eos=True, sampling=sampling,
+                                           constraints=(rule,)))
+        serial = run(engine, make_request(prompt, max_tokens=30, ignore_eos=True, sampling=sampling,
+                                          constraints=(rule,), draft=False))
+        assert drafted.tokens == serial.tokens
+        assert tuple(drafted.tokens[5:5 + len(close)]) == close
+    # a block the model closed earlier is left alone
+    early = tuple(ForceToken(i, t) for i, t in enumerate(marker))
+    closed = run(engine, make_request(prompt, max_tokens=30, ignore_eos=True, constraints=(*early, rule)))
+    free = run(engine, make_request(prompt, max_tokens=30, ignore_eos=True, constraints=early))
+    assert closed.tokens == free.tokens
+    # not thinking (the block was never opened): no cut
+    idle = ThinkingBudget(6, close, marker, tuple(tok.encode("<think>")), inside=False)
+    plain = run(engine, make_request(prompt, max_tokens=30, ignore_eos=True))
+    assert run(engine, make_request(prompt, max_tokens=30, ignore_eos=True, constraints=(idle,))).tokens == plain.tokens

@@ -11,6 +11,7 @@ background work unless the body names a priority).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -19,7 +20,7 @@ from ..config import SamplingDefaults, ServerConfig
 from ..engine.sampler import derive_seed
 from ..engine.types import Priority, Request, SamplingParams
 from . import errors
-from .reasoning import effort_kwargs
+from .reasoning import effort_kwargs, thinking_budget_rule
 from .messages import demote_later_system, template_messages
 from .priority import request_priority
 from .schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
@@ -51,8 +52,9 @@ def chat_request(body: ChatCompletionRequest, engine: Engine, config: ServerConf
                  request_id: str) -> Request:
     messages = template_messages(body.messages)
     tools = None if body.tool_choice == "none" else body.tools   # "none" hides tools
+    template = getattr(engine.tokenizer, "chat_template", "")
     kwargs = effort_kwargs(template_kwargs(body.chat_template_kwargs), body.reasoning_effort,
-                           config.reasoning_effort, getattr(engine.tokenizer, "chat_template", ""))
+                           config.reasoning_effort, template)
     prompt = render_prompt(engine.tokenizer, messages, tools, kwargs)
     if body.max_completion_tokens is not None:
         explicit, param = body.max_completion_tokens, "max_completion_tokens"
@@ -60,8 +62,11 @@ def chat_request(body: ChatCompletionRequest, engine: Engine, config: ServerConf
         explicit, param = body.max_tokens, "max_tokens"
     limit = fit_reply_limit(len(prompt), engine.context_length, explicit, param,
                             config.max_tokens, prompt_param="messages", memory_limited=memory_limited(engine))
-    return build_request(request_id, prompt, body, config.sampling, limit,
-                         request_priority(body.priority, messages))
+    request = build_request(request_id, prompt, body, config.sampling, limit,
+                            request_priority(body.priority, messages))
+    budget = thinking_budget_rule(engine.tokenizer, template, kwargs, body.thinking_budget,
+                                  config.thinking_budget, prompt)
+    return request if budget is None else dataclasses.replace(request, constraints=(budget,))
 
 
 def completion_request(body: CompletionRequest, engine: Engine, config: ServerConfig,

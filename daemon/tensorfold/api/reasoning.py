@@ -45,3 +45,34 @@ def effort_kwargs(kwargs: dict[str, Any], effort: str | None, default: str | Non
     if effort != "none" and out["enable_thinking"] is not False:
         out["reasoning_effort"] = template_effort(effort, template)
     return out
+
+
+def thinking_budget_rule(tokenizer: Any, template: str, kwargs: dict[str, Any], budget: int | None,
+                         default: int | None, prompt: list[int]) -> Any:
+    """The ThinkingBudget constraint for a request, or None (no budget, no thinking template,
+    or thinking off)."""
+    from ..engine.constraints import ThinkingBudget
+    from ..parsers import REASONING_MARKERS, reasoning_for_template, starts_in_reasoning
+
+    budget = budget or default
+    name = reasoning_for_template(template)
+    if not budget or name is None or kwargs.get("enable_thinking") is False:
+        return None
+    opener, marker = REASONING_MARKERS[name]
+    return ThinkingBudget(budget, tuple(tokenizer.encode("\n" + marker + "\n\n")),
+                          tuple(tokenizer.encode(marker)), tuple(tokenizer.encode(opener)),
+                          starts_in_reasoning(tokenizer.decode(prompt[-16:]), opener))
+
+
+def grammar_start(tokenizer: Any, body: Any, default_effort: str | None) -> tuple[int, ...]:
+    """With thinking on, a grammar starts after the think end: its tokens; else ()."""
+    from ..parsers import REASONING_MARKERS, reasoning_for_template
+
+    template = getattr(tokenizer, "chat_template", "")
+    name = reasoning_for_template(template)
+    if name is None:
+        return ()
+    kwargs = effort_kwargs(dict(body.chat_template_kwargs or {}), body.reasoning_effort, default_effort, template)
+    if kwargs.get("enable_thinking") is False:
+        return ()
+    return tuple(tokenizer.encode(REASONING_MARKERS[name][1]))

@@ -157,7 +157,16 @@ def _draft(v: Any) -> bool | None:
 
 # -- shared request fields --------------------------------------------------
 
-ThinkingBudget = Pending("thinking_budget", lambda v: type(v) is int and v == 0)
+def _thinking_budget(v: Any) -> int | None:
+    if v is None:
+        return None
+    n = int(number(v, integral=True))
+    if n < 0:
+        fail(f"must be 0 (the server's default) or a positive token count, not {n}")
+    return n
+
+
+ThinkingBudget = Annotated[Any, BeforeValidator(_thinking_budget)]
 def _reasoning_effort(v: Any) -> str | None:
     if v is None or v in ("none", "minimal", "low", "medium", "high", "xhigh"):
         return v

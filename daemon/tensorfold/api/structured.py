@@ -46,8 +46,9 @@ def grammar_request(body: Any) -> tuple[str, Any, str] | None:
     return kind, value, field
 
 
-async def attach_grammar(request: Request, body: Any, engine: Any) -> Request:
-    """`request` with the body's grammar as a constraint (compiled off the event loop)."""
+async def attach_grammar(request: Request, body: Any, engine: Any, start_after: tuple[int, ...] = ()) -> Request:
+    """`request` with the body's grammar as a constraint (compiled off the event loop);
+    `start_after`: the think-end tokens when thinking is on (the grammar starts after them)."""
     asked = grammar_request(body)
     if asked is None:
         return request
@@ -60,7 +61,7 @@ async def attach_grammar(request: Request, body: Any, engine: Any) -> Request:
         spec = GrammarSpec.of(kind, value)
         compiler = engine.grammar_compiler()
         await asyncio.wrap_future(compiler.compile_async(spec))
-        constraint = compiler.constraint(spec)         # a cache hit now
+        constraint = compiler.constraint(spec, start_after=start_after)   # a cache hit now
     except GrammarUnavailable as exc:
         raise errors.invalid(str(exc), param=field) from exc
     except GrammarError as exc:

@@ -55,3 +55,43 @@ def cut_drafts(constraints: Sequence[Constraint], reply: Sequence[int], drafts: 
 def apply(constraints: Sequence[Constraint], reply: Sequence[int], logits: torch.Tensor) -> None:
     for c in constraints:
         c.mask(reply, logits)
+
+
+def _contains(tokens: Sequence[int], marker: Sequence[int]) -> bool:
+    n = len(marker)
+    return n > 0 and any(list(tokens[i:i + n]) == list(marker) for i in range(len(tokens) - n + 1))
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingBudget:
+    """Close a think block that is still open at its budget-th token.
+
+    From reply position budget-1 on, the rule forces `close` (the tokens of a
+    newline, the closing marker and a blank line) one token a position, unless
+    the reply closed the block (`marker`) before that position. The cut depends
+    on the token count only, so serial and drafted decoding cut alike.
+    """
+
+    budget: int
+    close: tuple[int, ...]          # "\n</think>\n\n" as tokens
+    marker: tuple[int, ...]         # "</think>" as tokens
+    opener: tuple[int, ...] = ()    # "<think>" as tokens: the reply must open the block...
+    inside: bool = False            # ...unless the prompt already did
+
+    def _forced(self, reply: Sequence[int]) -> int | None:
+        start = self.budget - 1
+        i = len(reply) - start
+        if i < 0 or i >= len(self.close):
+            return None
+        before = reply[:start]
+        thinking = self.inside or _contains(before, self.opener)
+        return self.close[i] if thinking and not _contains(before, self.marker) else None
+
+    def allows(self, reply: Sequence[int], token: int) -> bool:
+        forced = self._forced(reply)
+        return forced is None or token == forced
+
+    def mask(self, reply: Sequence[int], logits: torch.Tensor) -> None:
+        forced = self._forced(reply)
+        if forced is not None:
+            ForceToken(len(reply), forced).mask(reply, logits)
