@@ -32,3 +32,15 @@ def test_effort_rule(kwargs, effort, default, template, expected):
 def test_unknown_effort_in_template_kwargs_is_refused():
     with pytest.raises(APIError):
         effort_kwargs({"reasoning_effort": "max"}, None, None, PLAIN)
+
+
+def test_reasoning_tokens_count_through_the_closing_marker():
+    from tensorfold.engine.types import Think
+
+    think = Think(opener=(1,), close=(8, 9), inside=True)
+    assert think.reasoning_tokens([5, 5, 8, 9, 7, 7]) == 4          # through the close marker
+    assert think.reasoning_tokens([5, 5, 5]) == 3                   # never closed: all thinking
+    opened = Think(opener=(1,), close=(8, 9))
+    assert opened.reasoning_tokens([1, 5, 8, 9, 7]) == 4            # the reply opened the block
+    assert opened.reasoning_tokens([7, 1, 5, 8, 9]) == 0            # a block later in the reply is not thinking
+    assert opened.reasoning_tokens([7, 7]) == 0

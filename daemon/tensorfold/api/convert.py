@@ -20,7 +20,7 @@ from ..config import SamplingDefaults, ServerConfig
 from ..engine.sampler import derive_seed
 from ..engine.types import Priority, Request, SamplingParams
 from . import errors
-from .reasoning import effort_kwargs, thinking_budget_rule
+from .reasoning import effort_kwargs, think_markers, thinking_budget_rule
 from .messages import demote_later_system, template_messages
 from .priority import request_priority
 from .schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
@@ -66,7 +66,8 @@ def chat_request(body: ChatCompletionRequest, engine: Engine, config: ServerConf
                             request_priority(body.priority, messages))
     budget = thinking_budget_rule(engine.tokenizer, template, kwargs, body.thinking_budget,
                                   config.thinking_budget, prompt)
-    return request if budget is None else dataclasses.replace(request, constraints=(budget,))
+    return dataclasses.replace(request, constraints=() if budget is None else (budget,),
+                               think=think_markers(engine.tokenizer, template, kwargs, prompt))
 
 
 def completion_request(body: CompletionRequest, engine: Engine, config: ServerConfig,

@@ -76,3 +76,16 @@ def grammar_start(tokenizer: Any, body: Any, default_effort: str | None) -> tupl
     if kwargs.get("enable_thinking") is False:
         return ()
     return tuple(tokenizer.encode(REASONING_MARKERS[name][1]))
+
+
+def think_markers(tokenizer: Any, template: str, kwargs: dict[str, Any], prompt: list[int]) -> Any:
+    """The engine's Think (markers as tokens) when this request thinks; None otherwise."""
+    from ..engine.types import Think
+    from ..parsers import REASONING_MARKERS, reasoning_for_template, starts_in_reasoning
+
+    name = reasoning_for_template(template)
+    if name is None or kwargs.get("enable_thinking") is False:
+        return None
+    opener, close = REASONING_MARKERS[name]
+    return Think(tuple(tokenizer.encode(opener)), tuple(tokenizer.encode(close)),
+                 starts_in_reasoning(tokenizer.decode(prompt[-16:]), opener))

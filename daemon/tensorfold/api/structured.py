@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 from typing import Any
 
+from ..engine.constraints import ThinkingBudget
 from ..engine.types import Request
 from ..grammar import GrammarError, GrammarSpec, GrammarUnavailable
 from . import errors
@@ -67,4 +68,6 @@ async def attach_grammar(request: Request, body: Any, engine: Any, start_after: 
     except GrammarError as exc:
         raise errors.invalid(f"Invalid '{field}': the grammar does not compile: {exc.reason or exc}",
                              param=field) from exc
-    return dataclasses.replace(request, constraints=(*request.constraints, constraint))
+    # a thinking budget's close stops at the think end: the grammar writes what follows
+    rules = tuple(c.stop_at_marker() if isinstance(c, ThinkingBudget) else c for c in request.constraints)
+    return dataclasses.replace(request, constraints=(*rules, constraint))

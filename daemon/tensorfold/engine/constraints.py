@@ -95,3 +95,10 @@ class ThinkingBudget:
         forced = self._forced(reply)
         if forced is not None:
             ForceToken(len(reply), forced).mask(reply, logits)
+
+    def stop_at_marker(self) -> "ThinkingBudget":
+        """The same cut ending at the closing marker (a grammar takes over after it)."""
+        n = len(self.marker)
+        end = next((i + n for i in range(len(self.close) - n + 1) if self.close[i:i + n] == self.marker),
+                   len(self.close))
+        return ThinkingBudget(self.budget, self.close[:end], self.marker, self.opener, self.inside)

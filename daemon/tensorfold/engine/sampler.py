@@ -122,8 +122,12 @@ def draw(ids: torch.Tensor, mass: torch.Tensor, u: int) -> int:
 def sample(logits: torch.Tensor, params: SamplingParams, position: int) -> int:
     """The keyed draw for reply position `position` from one fp32 row [vocab]."""
     if params.temperature == 0.0:
+        if bool(torch.isneginf(logits).all()):
+            raise ValueError(f"no token is allowed at reply position {position}")
         return int(torch.argmax(logits))    # first maximum: lowest id on ties
     mass = token_masses(logits, params.temperature)
     ids = torch.arange(mass.numel(), dtype=torch.int64)
     ids, mass = apply_cuts(ids, mass, params)
+    if ids.numel() == 0:
+        raise ValueError(f"no token is allowed at reply position {position}")
     return draw(ids, mass, keyed_uniform(params.seed, position))

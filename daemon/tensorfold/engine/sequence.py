@@ -106,8 +106,10 @@ class Sequence:
             drafted=self.drafted,
             accepted=self.accepted_drafts,
         )
+        think = self.request.think
         usage = Usage(prompt_tokens=len(self.request.prompt), completion_tokens=len(tokens),
-                      cached_tokens=self.cached_tokens)
+                      cached_tokens=self.cached_tokens,
+                      reasoning_tokens=think.reasoning_tokens(tokens) if think else 0)
         fin = Finish(reason=reason, usage=usage, stats=stats, stop_string=stop_string, error=error)
         return Delta(text=text, token_ids=new_tokens or [], finish=fin)
 

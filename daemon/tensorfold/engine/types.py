@@ -32,6 +32,28 @@ class SamplingParams:
     seed: int = 0
 
 
+@dataclass(slots=True, frozen=True)
+class Think:
+    """A think block's markers as tokens, and whether the prompt already opened it."""
+
+    opener: tuple[int, ...]
+    close: tuple[int, ...]
+    inside: bool = False
+
+    def reasoning_tokens(self, reply: list[int]) -> int:
+        """Reply tokens spent thinking, through the closing marker."""
+        def find(marker: tuple[int, ...], start: int = 0) -> int:
+            n = len(marker)
+            return next((i for i in range(start, len(reply) - n + 1) if tuple(reply[i:i + n]) == marker), -1)
+
+        if not self.inside:
+            i = find(self.opener)
+            if i != 0:            # the block only counts at the start of the reply
+                return 0
+        end = find(self.close)
+        return len(reply) if end < 0 else end + len(self.close)
+
+
 @dataclass(slots=True)
 class Request:
     id: str
@@ -43,6 +65,7 @@ class Request:
     priority: Priority = Priority.FOREGROUND
     draft: bool = True                 # False: the serial reference, one position a round
     constraints: tuple[Any, ...] = ()  # engine.constraints rules, applied per row
+    think: Think | None = None         # how to count reasoning tokens; None: no thinking
 
 
 class FinishReason(str, enum.Enum):
