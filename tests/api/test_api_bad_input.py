@@ -199,13 +199,6 @@ def test_raw_bad_bodies(http, path, case):
     assert_envelope(r, 400, param)
 
 
-def test_unsupported_and_pending_codes_differ(http):
-    unsupported = _post_and_check(http, CHAT, chat(n=2), "n", False)
-    pending = _post_and_check(http, CHAT, chat(tool_choice="required"), "tool_choice", False)
-    assert unsupported["code"] == "unsupported_parameter"
-    assert pending["code"] == "not_implemented"
-
-
 def test_messages_in_completions_body_are_validated_as_chat(http):
     r = http.post(COMPLETIONS, json={"messages": [{"role": "wizard", "content": "x"}]})
     assert_envelope(r, 400, "messages[0].role")

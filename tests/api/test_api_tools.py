@@ -71,3 +71,36 @@ def test_prose_and_unoffered_calls_stay_content(hermes):
 def test_tool_choice_none_hides_tools_and_parses_nothing(hermes):
     reply = ask(hermes, escape(CALL), tool_choice="none")
     assert reply.choices[0].message.content == CALL and reply.choices[0].finish_reason == "stop"
+
+
+OTHER = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+
+
+def forced(hermes, tool_choice, tools, **kw):
+    client, model = hermes
+    return client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Hello there."}], tools=tools,
+        tool_choice=tool_choice, max_tokens=40, temperature=0.8, seed=9, **kw)
+
+
+def text_of(reply) -> str:
+    m = reply.choices[0].message
+    return m.content or "".join(c.function.name for c in m.tool_calls or [])
+
+
+@pytest.mark.parametrize("choice, name", [("required", "get_weather"),
+                                          ({"type": "function", "function": {"name": "get_time"}}, "get_time")])
+def test_forced_call_opens_with_an_offered_name(hermes, choice, name):
+    reply = forced(hermes, choice, [TOOL, OTHER])
+    message = reply.choices[0].message
+    if message.tool_calls:                       # the model wrote valid arguments
+        assert message.tool_calls[0].function.name == name
+    else:                                        # malformed arguments come back as content
+        assert message.content.startswith('<tool_call>\n{"name": "' + name + '"')
+    serial = forced(hermes, choice, [TOOL, OTHER], extra_body={"draft": False})
+    assert serial.model_extra["tensorfold"]["token_sha"] == reply.model_extra["tensorfold"]["token_sha"]
+
+
+def test_forcing_an_unoffered_function_is_refused(hermes):
+    with pytest.raises(openai.BadRequestError):
+        forced(hermes, {"type": "function", "function": {"name": "nope"}}, [TOOL])

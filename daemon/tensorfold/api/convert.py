@@ -21,6 +21,7 @@ from ..engine.sampler import derive_seed
 from ..engine.types import Priority, Request, SamplingParams
 from . import errors
 from .reasoning import effort_kwargs, think_markers, thinking_budget_rule
+from .tool_force import offered, tool_force
 from .messages import demote_later_system, template_messages
 from .priority import request_priority
 from .schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
@@ -51,7 +52,7 @@ class Engine(Protocol):
 def chat_request(body: ChatCompletionRequest, engine: Engine, config: ServerConfig,
                  request_id: str) -> Request:
     messages = template_messages(body.messages)
-    tools = None if body.tool_choice == "none" else body.tools   # "none" hides tools
+    tools = offered(body)          # "none" hides tools; a named function is the only one offered
     template = getattr(engine.tokenizer, "chat_template", "")
     kwargs = effort_kwargs(template_kwargs(body.chat_template_kwargs), body.reasoning_effort,
                            config.reasoning_effort, template)
@@ -66,8 +67,10 @@ def chat_request(body: ChatCompletionRequest, engine: Engine, config: ServerConf
                             request_priority(body.priority, messages))
     budget = thinking_budget_rule(engine.tokenizer, template, kwargs, body.thinking_budget,
                                   config.thinking_budget, prompt)
-    return dataclasses.replace(request, constraints=() if budget is None else (budget,),
-                               think=think_markers(engine.tokenizer, template, kwargs, prompt))
+    think = think_markers(engine.tokenizer, template, kwargs, prompt)
+    force = tool_force(engine, body, tools, config.tool_parser, think.close if think else ())
+    rules = tuple(r for r in (budget, force) if r is not None)
+    return dataclasses.replace(request, constraints=rules, think=think)
 
 
 def completion_request(body: CompletionRequest, engine: Engine, config: ServerConfig,

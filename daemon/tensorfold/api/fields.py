@@ -4,8 +4,7 @@ Each type is an `Annotated` alias whose `BeforeValidator` sees the raw JSON
 value and either returns the clean value or raises `PydanticCustomError`.
 The error's type names the error code the client gets (see parsing.py):
 "invalid_value" for a malformed value, "unsupported_parameter" for a feature
-this server does not run, "not_implemented" for a feature SPEC.md lists that a
-later change will implement (refused loudly rather than silently ignored).
+this server does not run (refused loudly rather than silently ignored).
 
 Numbers: booleans, strings (numeric or not), NaN and infinities are refused;
 integral fields accept integral floats (2.0 is 2) and refuse 2.5.
@@ -34,10 +33,6 @@ def fail(message: str, code: str = errors.INVALID_VALUE) -> NoReturn:
 
 def unsupported(message: str) -> NoReturn:
     fail(message, errors.UNSUPPORTED)
-
-
-def not_implemented(message: str) -> NoReturn:
-    fail(message, errors.NOT_IMPLEMENTED)
 
 
 def _kind(value: Any) -> str:
@@ -190,16 +185,6 @@ def _modalities(v: Any) -> list[str] | None:
     unsupported('only text output is supported; send modalities: ["text"] or omit it')
 
 
-def _pending(feature: str, is_off: Callable[[Any], bool]):
-    """A field SPEC.md lists whose implementation has not landed yet: refused
-    loudly unless its value asks for nothing (null, or the field's off value)."""
-    def check(v: Any) -> Any:
-        if v is None or is_off(v):
-            return v
-        not_implemented(f"{feature} is not implemented by this server yet")
-    return check
-
-
 Temperature = Annotated[float | None, BeforeValidator(_temperature)]
 TopP = Annotated[float | None, BeforeValidator(_top_p)]
 TopK = Annotated[int | None, BeforeValidator(_top_k)]
@@ -219,5 +204,3 @@ def MustBeNull(feature: str) -> Any:  # noqa: N802 (a type factory)
     return Annotated[Any, BeforeValidator(_must_be_null(feature))]
 
 
-def Pending(feature: str, is_off: Callable[[Any], bool] = lambda v: False) -> Any:  # noqa: N802
-    return Annotated[Any, BeforeValidator(_pending(feature, is_off))]

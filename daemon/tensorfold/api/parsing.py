@@ -27,7 +27,7 @@ _MESSAGES = {
     "string_type": ("must be a string", errors.INVALID_VALUE),
     "bool_type": ("must be a boolean", errors.INVALID_VALUE),
 }
-_CODES = {errors.UNSUPPORTED, errors.NOT_IMPLEMENTED, errors.INVALID_VALUE}
+_CODES = {errors.UNSUPPORTED, errors.INVALID_VALUE}
 
 
 def _non_finite(value: Any, loc: tuple[str | int, ...] = ()) -> tuple[tuple[str | int, ...], float] | None:
@@ -96,7 +96,7 @@ def error_from(exc: ValidationError) -> APIError:
     where = f"'{param}'" if param else "the request"
     if code == errors.MISSING:
         return errors.invalid(f"Missing required parameter: {where}", param=param, code=code)
-    if code in (errors.UNSUPPORTED, errors.NOT_IMPLEMENTED):
+    if code == errors.UNSUPPORTED:
         text = text[:1].upper() + text[1:]
         return errors.APIError(f"{text} ('{param}')" if param else text, param=param, code=code)
     return errors.invalid(f"Invalid {where}: {text}", param=param, code=code)

@@ -4,10 +4,7 @@ Strict models: a JSON value of the wrong type is refused, never coerced
 ("0.5" is not a number, 1 is not a boolean). Unknown fields are ignored
 (OpenAI clients send extras), except the ones SPEC.md lists as unsupported,
 which are declared here and refused. Fields SPEC.md lists that a later change
-implements (structured outputs, reasoning controls, tool forcing, the serial
-switch) are declared as `Pending` and refused with "not_implemented" unless
-their value asks for nothing; implementing one means giving it a real type
-here and carrying it in convert.py.
+implements are given a real type here and carried in convert.py.
 """
 
 from __future__ import annotations
@@ -18,9 +15,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 from .fields import (
-    MinP, ModelName, Modalities, MustBeNull, N, OptionalBool, Pending, PositiveInt,
+    MinP, ModelName, Modalities, MustBeNull, N, OptionalBool, PositiveInt,
     PriorityName, Seed, Stop, TemplateKwargs, Temperature, TopK, TopP,
-    _kind, fail, not_implemented, number, unsupported,
+    _kind, fail, number, unsupported,
 )
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -134,10 +131,10 @@ def _tool_choice(v: Any) -> Any:
     if v is None or v in ("none", "auto"):
         return v
     if v == "required":
-        not_implemented('tool_choice "required" is not implemented by this server yet')
+        return v
     if isinstance(v, dict) and v.get("type") == "function" and isinstance(v.get("function"), dict) \
             and isinstance(v["function"].get("name"), str):
-        not_implemented("tool_choice naming a function is not implemented by this server yet")
+        return copy.deepcopy(v)
     fail('must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}')
 
 

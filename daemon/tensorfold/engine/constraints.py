@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -102,3 +102,69 @@ class ThinkingBudget:
         end = next((i + n for i in range(len(self.close) - n + 1) if self.close[i:i + n] == self.marker),
                    len(self.close))
         return ThinkingBudget(self.budget, self.close[:end], self.marker, self.opener, self.inside)
+
+
+def replace(constraints: Sequence[Constraint], reply: Sequence[int], token: int) -> int:
+    """The token after every replacing rule (a rule that fixes the draw, not the distribution)."""
+    for c in constraints:
+        fix = getattr(c, "replace", None)
+        if fix is not None:
+            token = fix(reply, token)
+    return token
+
+
+@dataclass(frozen=True, slots=True)
+class ToolForce:
+    """tool_choice "required" or a named function: the answer opens a call to an offered tool.
+
+    The first answer token that is not whitespace is replaced by the call
+    opener and the template's text before a tool name (`prefix`, forced one
+    token a position); then the name is held to the offered ones: a token that
+    leaves them is replaced by the next token of the rest of the first offered
+    name its written part starts (and the text that ends a name). After the
+    name the model writes the arguments. The answer starts after the think end
+    (`after`) when the request thinks. Every fix depends only on the tokens
+    before it.
+    """
+
+    prefix: tuple[int, ...]
+    names: tuple[str, ...]
+    name_end: str
+    text: Any                          # token ids -> text (the tokenizer's decode)
+    encode: Any                        # text -> token ids
+    after: tuple[int, ...] = ()        # think-end tokens; () when the request does not think
+
+    def _answer(self, reply: Sequence[int]) -> int | None:
+        if not self.after:
+            return 0
+        n = len(self.after)
+        return next((i + n for i in range(len(reply) - n + 1) if tuple(reply[i:i + n]) == self.after), None)
+
+    def replace(self, reply: Sequence[int], token: int) -> int:
+        start = self._answer(reply)
+        if start is None:
+            return token                                  # still thinking
+        answer = list(reply[start:])
+        blank = 0
+        while blank < len(answer) and not self.text([answer[blank]]).strip():
+            blank += 1
+        if blank == len(answer):                          # nothing but whitespace so far
+            return token if not self.text([token]).strip() else self.prefix[0]
+        done = len(answer) - blank
+        if done < len(self.prefix):
+            return self.prefix[done]
+        written = self.text(answer[blank + len(self.prefix):])
+        if any(written.startswith(n + self.name_end) for n in self.names):
+            return token                                  # the name is written: arguments are free
+        new = written + self.text([token])
+        if any((n + self.name_end).startswith(new) or new.startswith(n + self.name_end) for n in self.names):
+            return token
+        name = next((n for n in self.names if n.startswith(written)), self.names[0])
+        rest = (name + self.name_end)[len(written):] if name.startswith(written) else name + self.name_end
+        return self.encode(rest)[0]
+
+    def allows(self, reply: Sequence[int], token: int) -> bool:
+        return self.replace(reply, token) == token
+
+    def mask(self, reply: Sequence[int], logits: torch.Tensor) -> None:
+        pass                                              # it fixes draws, not distributions

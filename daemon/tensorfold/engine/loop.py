@@ -15,6 +15,7 @@ import torch
 from .cache import BlockCache
 from .constraints import apply as apply_constraints
 from .constraints import cut_drafts
+from .constraints import replace as replace_token
 from .counters import Counters
 from .drafting import Drafter
 from .drafting.ngram import NgramDrafter
@@ -193,7 +194,8 @@ class Engine:
         lg = logits[0]
         if seq.request.constraints:
             apply_constraints(seq.request.constraints, seq.generated, lg)
-        return [(seq, [sample(lg, seq.request.sampling, len(seq.generated))])]
+        token = sample(lg, seq.request.sampling, len(seq.generated))
+        return [(seq, [replace_token(seq.request.constraints, seq.generated, token)])]
 
     def _drafts(self, seq: Sequence) -> list[int]:
         """This round's draft tokens for `seq`: the replayed reply, else the drafter's guess."""
@@ -222,7 +224,7 @@ class Engine:
                 lg = logits[row + j]
                 if seq.request.constraints:
                     apply_constraints(seq.request.constraints, reply, lg)
-                token = sample(lg, seq.request.sampling, len(reply))
+                token = replace_token(seq.request.constraints, reply, sample(lg, seq.request.sampling, len(reply)))
                 taken.append(token)
                 reply.append(token)
                 if j == len(drafts) or token != drafts[j]:
