@@ -100,6 +100,10 @@ def _parser() -> argparse.ArgumentParser:
 
     drafting_arguments(bench_sub.add_parser(
         "drafting", help="decode tokens/s with drafts vs draft:false on editing and chat workloads"))
+    from .bench.structured import add_arguments as structured_arguments
+
+    structured_arguments(bench_sub.add_parser(
+        "structured", help="decode tokens/s under a JSON schema vs unconstrained, drafted vs serial"))
     return parser
 
 
@@ -149,6 +153,10 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.bench == "structured":
+        from .bench.structured import run_structured_bench
+
+        return run_structured_bench(args)
     if args.bench == "drafting":
         from .bench.drafting import run_drafting_bench
 

@@ -49,13 +49,15 @@ def editing_prompt() -> str:
             "Reply with the code only.")
 
 
-def run_one(client, prompt: list[int], draft: bool, max_tokens: int, sampling) -> tuple[str, Result]:
+def run_one(client, prompt: list[int], draft: bool, max_tokens: int, sampling, constraints: tuple = (),
+            ignore_eos: bool = False) -> tuple[str, Result]:
+    """One reply from a cold prefix cache: its token_sha and decode figures."""
     from ..engine.types import Request
 
     done: queue.SimpleQueue = queue.SimpleQueue()
     client.engine.call(client.engine.cache.clear_idle)
     req = Request(id=f"bench-{time.monotonic_ns()}", prompt=prompt, max_tokens=max_tokens,
-                  sampling=sampling, draft=draft)
+                  sampling=sampling, draft=draft, constraints=constraints, ignore_eos=ignore_eos)
     client.engine.submit(req, lambda d: d.finish and done.put(d.finish))
     fin = done.get()
     n = fin.usage.completion_tokens
