@@ -10,6 +10,7 @@ each reply's token_sha (SHA-256 of its token ids) across:
 - a different prefill chunk size vs the default (in-process only);
 - a background request preempted by foreground ones and replayed vs solo;
 - streamed vs whole;
+- constrained cases (each grammar form, forced tool calls) throughout;
 - drafted vs "draft": false, alone and 8 concurrent, for each drafter (prompt
   lookup, and a draft model: in-process, the target drafting for itself
   unless --draft-model names another).
@@ -40,6 +41,21 @@ TOPICS = [
 ]
 FILLER = ("The archive held letters from every harbour on the coast, each one filed by the date of the "
           "tide it arrived on, and the keeper read them aloud on winter evenings. ")
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+              "type": "object", "properties": {"city": {"type": "string"}}}}},
+         {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
+# every third case carries one of these: each grammar form, and forced tool calls
+CONSTRAINTS: list[dict[str, Any]] = [
+    {"guided_json": {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 40},
+                                                      "score": {"type": "integer"}},
+                     "required": ["answer", "score"]}},
+    {"guided_regex": "[A-Z][a-z]{2,8}( [a-z]{2,8}){1,6}\\."},
+    {"guided_choice": ["yes", "no", "maybe"]},
+    {"guided_grammar": 'root ::= "The answer is " [0-9]+ "."'},
+    {"response_format": {"type": "json_object"}},
+    {"tools": TOOLS, "tool_choice": "required"},
+    {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+]
 SAMPLINGS: list[dict[str, Any]] = [
     {"temperature": 0},
     {"temperature": 0.7},
@@ -84,6 +100,7 @@ def make_cases(n: int, max_tokens: int, seed: int) -> list[Case]:
             "seed": rng.randrange(1 << 31),
             "ignore_eos": rng.random() < 0.5,
             **SAMPLINGS[i % len(SAMPLINGS)],
+            **(CONSTRAINTS[(i // 3) % len(CONSTRAINTS)] if i % 3 == 2 else {}),
         }
         out.append(Case(i, body))
     return out
@@ -214,6 +231,7 @@ def in_process_servers(args: argparse.Namespace) -> Iterator[dict[str, str]]:
     from .checkpoints.resolve import resolve_model
     from .config import EngineConfig, ServerConfig
     from .engine.client import EngineClient
+    from .parsers import parser_for_template
 
     folder = resolve_model(args.model)
     common = {"dtype": args.dtype, "device": args.device, "kv_memory": args.kv_memory}
@@ -227,7 +245,9 @@ def in_process_servers(args: argparse.Namespace) -> Iterator[dict[str, str]]:
             engine = EngineClient(folder, cfg)
             engine.start()
             stack.callback(engine.stop)
-            thread = ServerThread(create_app(engine, ServerConfig(engine=cfg)))
+            # a template without a tool-call format reads forced calls as Hermes JSON
+            tool_parser = None if parser_for_template(engine.tokenizer.chat_template) else "hermes"
+            thread = ServerThread(create_app(engine, ServerConfig(engine=cfg, tool_parser=tool_parser)))
             urls[name] = thread.start()
             stack.callback(thread.stop)
         yield urls

@@ -7,7 +7,7 @@ from tensorfold.cli import main
 
 def test_exactness_fast_subset(tiny_model, capsys):
     code = main(["--log-level", "WARNING", "exactness", "--model", str(tiny_model), "--dtype", "float32",
-                 "--device", "cpu", "--cases", "10", "--max-tokens", "48", "--preempt-cases", "2"])
+                 "--device", "cpu", "--cases", "21", "--max-tokens", "32", "--preempt-cases", "2"])  # 21: every constraint form
     out = capsys.readouterr().out
     assert code == 0, out
     assert "all identical" in out
