@@ -14,6 +14,8 @@ from typing import Any, Protocol
 
 import torch
 
+from .types import find_marker
+
 
 class Constraint(Protocol):
     def allows(self, reply: Sequence[int], token: int) -> bool:
@@ -57,11 +59,6 @@ def apply(constraints: Sequence[Constraint], reply: Sequence[int], logits: torch
         c.mask(reply, logits)
 
 
-def _contains(tokens: Sequence[int], marker: Sequence[int]) -> bool:
-    n = len(marker)
-    return n > 0 and any(list(tokens[i:i + n]) == list(marker) for i in range(len(tokens) - n + 1))
-
-
 @dataclass(frozen=True, slots=True)
 class ThinkingBudget:
     """Close a think block that is still open at its budget-th token.
@@ -84,8 +81,8 @@ class ThinkingBudget:
         if i < 0 or i >= len(self.close):
             return None
         before = reply[:start]
-        thinking = self.inside or _contains(before, self.opener)
-        return self.close[i] if thinking and not _contains(before, self.marker) else None
+        thinking = self.inside or find_marker(before, self.opener) >= 0
+        return self.close[i] if thinking and find_marker(before, self.marker) < 0 else None
 
     def allows(self, reply: Sequence[int], token: int) -> bool:
         forced = self._forced(reply)
@@ -98,9 +95,8 @@ class ThinkingBudget:
 
     def stop_at_marker(self) -> "ThinkingBudget":
         """The same cut ending at the closing marker (a grammar takes over after it)."""
-        n = len(self.marker)
-        end = next((i + n for i in range(len(self.close) - n + 1) if self.close[i:i + n] == self.marker),
-                   len(self.close))
+        at = find_marker(self.close, self.marker)
+        end = len(self.close) if at < 0 else at + len(self.marker)
         return ThinkingBudget(self.budget, self.close[:end], self.marker, self.opener, self.inside)
 
 
@@ -137,8 +133,8 @@ class ToolForce:
     def _answer(self, reply: Sequence[int]) -> int | None:
         if not self.after:
             return 0
-        n = len(self.after)
-        return next((i + n for i in range(len(reply) - n + 1) if tuple(reply[i:i + n]) == self.after), None)
+        at = find_marker(reply, self.after)
+        return None if at < 0 else at + len(self.after)
 
     def replace(self, reply: Sequence[int], token: int) -> int:
         start = self._answer(reply)

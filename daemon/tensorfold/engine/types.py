@@ -7,6 +7,7 @@ API builds (`Request`) and the engine emits (`Delta`).
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,14 @@ class SamplingParams:
     seed: int = 0
 
 
+def find_marker(tokens: Sequence[int], marker: Sequence[int]) -> int:
+    """Index of the first occurrence of `marker` (a token sequence) in `tokens`, or -1."""
+    n, marker = len(marker), list(marker)
+    if n == 0:
+        return -1
+    return next((i for i in range(len(tokens) - n + 1) if list(tokens[i:i + n]) == marker), -1)
+
+
 @dataclass(slots=True, frozen=True)
 class Think:
     """A think block's markers as tokens, and whether the prompt already opened it."""
@@ -42,15 +51,9 @@ class Think:
 
     def reasoning_tokens(self, reply: list[int]) -> int:
         """Reply tokens spent thinking, through the closing marker."""
-        def find(marker: tuple[int, ...], start: int = 0) -> int:
-            n = len(marker)
-            return next((i for i in range(start, len(reply) - n + 1) if tuple(reply[i:i + n]) == marker), -1)
-
-        if not self.inside:
-            i = find(self.opener)
-            if i != 0:            # the block only counts at the start of the reply
-                return 0
-        end = find(self.close)
+        if not self.inside and find_marker(reply, self.opener) != 0:
+            return 0              # the block only counts at the start of the reply
+        end = find_marker(reply, self.close)
         return len(reply) if end < 0 else end + len(self.close)
 
 
