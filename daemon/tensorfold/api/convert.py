@@ -68,7 +68,7 @@ def chat_request(body: ChatCompletionRequest, engine: Engine, config: ServerConf
     budget = thinking_budget_rule(engine.tokenizer, template, kwargs, body.thinking_budget,
                                   config.thinking_budget, prompt)
     think = think_markers(engine.tokenizer, template, kwargs, prompt)
-    force = tool_force(engine, body, tools, config.tool_parser, think.close if think else ())
+    force = tool_force(engine, body, tools, config.tool_parser, think)
     rules = tuple(r for r in (budget, force) if r is not None)
     return dataclasses.replace(request, constraints=rules, think=think)
 

@@ -45,7 +45,7 @@ async def chat_engine_request(body: ChatCompletionRequest, request_id: str) -> A
     constrained, every refusal a 400. /v1/responses runs through it too."""
     state = get_state()
     engine_request = convert.chat_request(body, state.engine, state.config, request_id)
-    start = grammar_start(state.engine.tokenizer, body, state.config.reasoning_effort)
+    start = grammar_start(state.engine.tokenizer, body, state.config.reasoning_effort, engine_request.prompt)
     return await attach_grammar(engine_request, body, state.engine, start)
 
 

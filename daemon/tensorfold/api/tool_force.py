@@ -50,7 +50,7 @@ def call_text(tokenizer: Any, template: str, fmt: str, tools: list[dict[str, Any
 
 
 def tool_force(engine: Any, body: Any, tools: list[dict[str, Any]] | None, tool_format: str | None,
-               think_end: tuple[int, ...]) -> ToolForce | None:
+               think: Any) -> ToolForce | None:
     if body.tool_choice != "required" and not isinstance(body.tool_choice, dict):
         return None
     if not tools:
@@ -63,4 +63,4 @@ def tool_force(engine: Any, body: Any, tools: list[dict[str, Any]] | None, tool_
                              "start the server with --tool-parser", param="tool_choice")
     prefix, name_end = call_text(tok, template, fmt, tools)
     names = tuple(t["function"]["name"] for t in tools)
-    return ToolForce(tuple(tok.encode(prefix)), names, name_end, tok.decode, tok.encode, think_end)
+    return ToolForce(tuple(tok.encode(prefix)), names, name_end, tok.decode, tok.encode, think)

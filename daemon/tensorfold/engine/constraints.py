@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import torch
 
-from .types import find_marker
+from .types import Think, find_marker
 
 
 class Constraint(Protocol):
@@ -118,8 +118,8 @@ class ToolForce:
     token a position); then the name is held to the offered ones: a token that
     leaves them is replaced by the next token of the rest of the first offered
     name its written part starts (and the text that ends a name). After the
-    name the model writes the arguments. The answer starts after the think end
-    (`after`) when the request thinks. Every fix depends only on the tokens
+    name the model writes the arguments. While the reply is thinking, the
+    answer starts after the think end. Every fix depends only on the tokens
     before it.
     """
 
@@ -128,13 +128,15 @@ class ToolForce:
     name_end: str
     text: Any                          # token ids -> text (the tokenizer's decode)
     encode: Any                        # text -> token ids
-    after: tuple[int, ...] = ()        # think-end tokens; () when the request does not think
+    think: Think | None = None         # the request's think markers; None when it does not think
 
     def _answer(self, reply: Sequence[int]) -> int | None:
-        if not self.after:
+        """Where the answer starts: after the think end while the reply thinks, else at once."""
+        t = self.think
+        if t is None or not (t.inside or find_marker(reply, t.opener) == 0):
             return 0
-        at = find_marker(reply, self.after)
-        return None if at < 0 else at + len(self.after)
+        at = find_marker(reply, t.close)
+        return None if at < 0 else at + len(t.close)
 
     def replace(self, reply: Sequence[int], token: int) -> int:
         start = self._answer(reply)
