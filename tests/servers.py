@@ -39,3 +39,17 @@ def running(engine: Any, config: ServerConfig) -> Iterator[Served]:
         thread.stop()
         if hasattr(engine, "stop"):
             engine.stop()
+
+
+@contextmanager
+def http_server(folder: Any, config: ServerConfig | None = None) -> Iterator[Any]:
+    """A real server on `folder` (tiny settings) and an httpx client for it."""
+    import httpx
+
+    from tensorfold.config import EngineConfig
+    from tensorfold.engine.client import EngineClient
+
+    engine = EngineClient(folder, EngineConfig(dtype="float32", device="cpu", kv_memory=0.1))
+    with running(engine, config or ServerConfig()) as served:
+        with httpx.Client(base_url=served.url, timeout=60) as http:
+            yield http

@@ -70,3 +70,13 @@ def make_tiny_checkpoint(out: Path, tokenizer_src: Path, arch: str = "LlamaForCa
         if (tokenizer_src / name).exists():
             shutil.copy(tokenizer_src / name, out / name)
     return out
+
+
+def with_template(src: Path, out: Path, template: str) -> Path:
+    """A copy of checkpoint `src` whose chat template is `template`."""
+    shutil.copytree(src, out)
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    config["chat_template"] = template
+    (out / "tokenizer_config.json").write_text(json.dumps(config))
+    (out / "chat_template.jinja").write_text(template)
+    return out

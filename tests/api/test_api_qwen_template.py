@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 
-import httpx
 import pytest
 
-from tensorfold.config import EngineConfig, ServerConfig
-from tensorfold.engine.client import EngineClient
-from tests.servers import running
+from tests.servers import http_server
+from tests.tiny import with_template
 
 TEMPLATE = (
     "{%- if tools %}<|im_start|>system\n# Tools\n<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}"
@@ -34,16 +31,9 @@ CALL = "<tool_call>\n<function=set_alarm>\n<parameter=hour>\n7\n</parameter>\n<p
 
 @pytest.fixture(scope="module")
 def qwen(tiny_model, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("qwen") / "tiny-qwen-template"
-    shutil.copytree(tiny_model, folder)
-    config = json.loads((folder / "tokenizer_config.json").read_text())
-    config["chat_template"] = TEMPLATE
-    (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    (folder / "chat_template.jinja").write_text(TEMPLATE)
-    engine = EngineClient(folder, EngineConfig(dtype="float32", device="cpu", kv_memory=0.1))
-    with running(engine, ServerConfig()) as served:       # no --tool-parser: chosen from the template
-        with httpx.Client(base_url=served.url, timeout=60) as http:
-            yield http
+    folder = with_template(tiny_model, tmp_path_factory.mktemp("qwen") / "tiny-qwen-template", TEMPLATE)
+    with http_server(folder) as http:       # no --tool-parser: chosen from the template
+        yield http
 
 
 def ask(http, **body):

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import shutil
-
-import httpx
 import pytest
 
-from tensorfold.config import EngineConfig, ServerConfig
-from tensorfold.engine.client import EngineClient
-from tests.servers import running
+from tests.servers import http_server
+from tests.tiny import with_template
 
 TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -22,16 +17,9 @@ TEMPLATE = (
 
 @pytest.fixture(scope="module")
 def thinking(tiny_model, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("thinking") / "tiny-thinking"
-    shutil.copytree(tiny_model, folder)
-    config = json.loads((folder / "tokenizer_config.json").read_text())
-    config["chat_template"] = TEMPLATE
-    (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    (folder / "chat_template.jinja").write_text(TEMPLATE)
-    engine = EngineClient(folder, EngineConfig(dtype="float32", device="cpu", kv_memory=0.1))
-    with running(engine, ServerConfig()) as served:
-        with httpx.Client(base_url=served.url, timeout=60) as http:
-            yield http
+    folder = with_template(tiny_model, tmp_path_factory.mktemp("thinking") / "tiny-thinking", TEMPLATE)
+    with http_server(folder) as http:
+        yield http
 
 
 def ask(http, **body):
