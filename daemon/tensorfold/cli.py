@@ -49,7 +49,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tensorfold", description="A local OpenAI-compatible LLM server.")
+    parser = argparse.ArgumentParser(prog="tensorfold", description="A local OpenAI-compatible LLM server.",
+                                     fromfile_prefix_chars="@")
     parser.add_argument("--version", action="version", version=f"tensorfold {__version__}")
     parser.add_argument("--log-level", default="INFO")
     sub = parser.add_subparsers(dest="command", required=True)

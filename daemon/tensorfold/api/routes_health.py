@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from quart import Blueprint, Response
 
+import time
+
 from .. import __version__
 from . import metrics
 from .sse import json_response
@@ -21,7 +23,7 @@ async def health() -> Response:
     state = get_state()
     return json_response(metrics.health_body(
         state.engine.health(), model=state.served_id, aliases=list(state.aliases), version=__version__,
-        context_length=state.engine.context_length))
+        context_length=state.engine.context_length, uptime_seconds=round(time.time() - state.started_at, 3)))
 
 
 @bp.get("/metrics")

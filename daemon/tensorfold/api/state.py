@@ -23,6 +23,7 @@ class AppState:
     served_id: str
     aliases: tuple[str, ...]
     started: int = field(default_factory=lambda: int(time.time()))
+    started_at: float = field(default_factory=time.time)
     responses: ResponseStore = field(default_factory=MemoryStore)   # the Responses store
 
     @property

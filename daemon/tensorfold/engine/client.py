@@ -79,7 +79,9 @@ class EngineClient:
         self.engine.stop()
 
     def health(self) -> dict[str, int | float | bool | str]:
-        return {**self.engine.counters.snapshot(), "drafter": self.drafter.name}
+        return {**self.engine.counters.snapshot(), "drafter": self.drafter.name,
+                "engine": f"torch {self.runner.device.type} {str(self.runner.dtype).removeprefix('torch.')}",
+                "parallel": self.lanes}
 
     async def generate(self, request: Request) -> AsyncIterator[Delta]:
         loop = asyncio.get_running_loop()
