@@ -49,7 +49,9 @@ def test_metrics_exports_every_health_key_with_its_type(fake_http, fake_server):
     info = families["tensorfold_info"]
     assert info.type == "gauge"
     assert info.samples == [({"model": fake_server.served_id, "version": tensorfold.__version__}, 1.0)]
-    exported = {f"tensorfold_{k}" for k in health} | {"tensorfold_context_length", "tensorfold_info"}
+    assert families["tensorfold_uptime_seconds"].value > 0
+    exported = {f"tensorfold_{k}" for k in health} | {"tensorfold_context_length", "tensorfold_uptime_seconds",
+                                                        "tensorfold_info"}
     assert set(families) == exported
 
 

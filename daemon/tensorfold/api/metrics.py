@@ -5,7 +5,7 @@ text exposition format 0.0.4: for every numeric key `k` of the snapshot a
 `tensorfold_k` family with `# HELP` and `# TYPE` lines, typed counter when
 the key ends in `_total` and gauge otherwise (booleans as 0 or 1), so a key
 the engine adds later is exported without a change here. Then the served
-window (`tensorfold_context_length`) and `tensorfold_info{model, version} 1`.
+window (`tensorfold_context_length`), the uptime (`tensorfold_uptime_seconds`) and `tensorfold_info{model, version} 1`.
 Keys that are not numbers (text, lists, nested objects) are left out.
 """
 
@@ -38,10 +38,12 @@ HELP = {
     "streams_maximum": "The most streams that share rounds",
     "kv_blocks_used": "KV cache blocks in use",
     "context_length": "The served context window in tokens",
+    "uptime_seconds": "Seconds since the server started",
+    "parallel": "Lanes: the most requests generated at once",
     "info": "The served model and the server version (the value is always 1)",
 }
 # Families this module writes itself; an engine key of the same name is left to them.
-OWN = ("context_length", "info")
+OWN = ("context_length", "uptime_seconds", "info")
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_:]")
 
@@ -73,7 +75,8 @@ def health_body(counters: Mapping[str, Any], *, model: str, aliases: list[str], 
     return body
 
 
-def exposition(counters: Mapping[str, Any], *, model: str, version: str, context_length: int) -> str:
+def exposition(counters: Mapping[str, Any], *, model: str, version: str, context_length: int,
+               uptime_seconds: float = 0.0) -> str:
     lines: list[str] = []
     seen: set[str] = set()
 
@@ -90,6 +93,7 @@ def exposition(counters: Mapping[str, Any], *, model: str, version: str, context
         if isinstance(key, str) and key and key not in OWN and numeric(value):
             family(key, metric_type(key), [("", value)])
     family("context_length", "gauge", [("", context_length)])
+    family("uptime_seconds", "gauge", [("", uptime_seconds)])
     family("info", "gauge", [(f'{{model="{_label(model)}",version="{_label(version)}"}}', 1)])
     return "\n".join(lines) + "\n"
 

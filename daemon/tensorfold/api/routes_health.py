@@ -23,12 +23,16 @@ async def health() -> Response:
     state = get_state()
     return json_response(metrics.health_body(
         state.engine.health(), model=state.served_id, aliases=list(state.aliases), version=__version__,
-        context_length=state.engine.context_length, uptime_seconds=round(time.time() - state.started_at, 3)))
+        context_length=state.engine.context_length, uptime_seconds=_uptime(state)))
 
 
 @bp.get("/metrics")
 async def prometheus() -> Response:
     state = get_state()
     text = metrics.exposition(state.engine.health(), model=state.served_id, version=__version__,
-                              context_length=state.engine.context_length)
+                              context_length=state.engine.context_length, uptime_seconds=_uptime(state))
     return Response(text, status=200, content_type=metrics.CONTENT_TYPE)
+
+
+def _uptime(state) -> float:
+    return round(time.time() - state.started_at, 3)
