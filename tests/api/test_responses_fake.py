@@ -166,3 +166,24 @@ def test_the_app_keeps_the_store_it_is_given_and_evicts_the_oldest():
             assert [e["id"] for e in http.get(RESPONSES).json()["data"]] == ids[:0:-1]
     finally:
         thread.stop()
+
+
+def test_input_items_list_the_conversation_a_response_answered(fake_http):
+    one = create(fake_http, input="One.", instructions="Be terse.")
+    two = create(fake_http, input="Two.", previous_response_id=one["id"])
+    url = f"{RESPONSES}/{two['id']}/input_items"
+    asc = fake_http.get(url, params={"order": "asc"}).json()
+    texts = [(item["type"], item.get("role")) for item in asc["data"]]
+    assert texts == [("message", "user"), ("message", "assistant"), ("message", "user")]
+    assert asc["data"][0]["content"] in ("One.", [{"type": "input_text", "text": "One."}])
+    assert len({item["id"] for item in asc["data"]}) == 3 and asc["has_more"] is False
+    desc = fake_http.get(url).json()
+    assert [i["id"] for i in desc["data"]] == [i["id"] for i in reversed(asc["data"])]
+    first = fake_http.get(url, params={"order": "asc", "limit": 1}).json()
+    assert first["has_more"] is True and first["data"] == asc["data"][:1]
+    rest = fake_http.get(url, params={"order": "asc", "after": first["last_id"]}).json()
+    assert rest["data"] == asc["data"][1:]
+    assert_envelope(fake_http.get(url, params={"order": "sideways"}), 400, param="order")
+    assert_envelope(fake_http.get(url, params={"after": "nope"}), 400, param="after")
+    assert_envelope(fake_http.get(url, params={"limit": "0"}), 400, param="limit")
+    assert_envelope(fake_http.get(f"{RESPONSES}/resp_missing/input_items"), 404)

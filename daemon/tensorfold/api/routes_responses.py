@@ -186,14 +186,43 @@ async def delete_response(response_id: str) -> Response:
 async def list_responses() -> Response:
     """Stored responses, newest first: ?limit (1 to 100, default 20) and
     ?after=<id> for the next page. An extension for the console."""
-    text = request.args.get("limit")
-    limit = DEFAULT_LIMIT
-    if text is not None:
-        if not text.strip().isdigit() or not 1 <= int(text) <= MAX_LIMIT:
-            raise errors.invalid(f"Invalid 'limit': must be an integer from 1 to {MAX_LIMIT}, not {text!r}",
-                                 param="limit")
-        limit = int(text)
-    records, more = get_state().responses.page(limit, request.args.get("after") or None)
+    records, more = get_state().responses.page(_limit(), request.args.get("after") or None)
     data = [listing_entry(r.response, r.history) for r in records]
     return json_response({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
                           "last_id": data[-1]["id"] if data else None, "has_more": more})
+
+
+@bp.get("/v1/responses/<response_id>/input_items")
+async def list_input_items(response_id: str) -> Response:
+    """The conversation items a stored response answered (previous turns
+    included, instructions not), as OpenAI lists them: ?order (desc by
+    default, or asc), ?limit (1 to 100, default 20), ?after=<item id>. Items
+    without an id of their own get `<response id>_in_<position>`."""
+    history = _stored(response_id).history
+    items = [item if item.get("id") else {"id": f"{response_id}_in_{i}", **item} for i, item in enumerate(history)]
+    order = request.args.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise errors.invalid(f"Invalid 'order': must be 'asc' or 'desc', not {order!r}", param="order")
+    if order == "desc":
+        items.reverse()
+    after = request.args.get("after")
+    if after:
+        ids = [item["id"] for item in items]
+        if after not in ids:
+            raise errors.invalid(f"Invalid 'after': no input item '{after}' in response '{response_id}'",
+                                 param="after")
+        items = items[ids.index(after) + 1:]
+    limit = _limit()
+    data = items[:limit]
+    return json_response({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                          "last_id": data[-1]["id"] if data else None, "has_more": len(items) > limit})
+
+
+def _limit() -> int:
+    text = request.args.get("limit")
+    if text is None:
+        return DEFAULT_LIMIT
+    if not text.strip().isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+        raise errors.invalid(f"Invalid 'limit': must be an integer from 1 to {MAX_LIMIT}, not {text!r}",
+                             param="limit")
+    return int(text)

@@ -69,6 +69,11 @@ class DaemonClient:
     def response(self, response_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/responses/{response_id}")
 
+    def input_items(self, response_id: str, limit: int = 100) -> list[dict[str, Any]]:
+        """The conversation a stored response answered, oldest first."""
+        return self._call("GET", f"/v1/responses/{response_id}/input_items",
+                          params={"order": "asc", "limit": limit})["data"]
+
     def delete_response(self, response_id: str) -> None:
         self._call("DELETE", f"/v1/responses/{response_id}")
 
