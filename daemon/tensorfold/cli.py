@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from . import __version__
 from .config import AUTO_LANES, EngineConfig, SamplingDefaults, ServerConfig
@@ -35,6 +36,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                         "(default: prompt lookup, no extra model)")
     p.add_argument("--kv-memory", type=float, default=None,
                    help="GiB for the KV cache (default: available memory less a reserve)")
+    p.add_argument("--chat-template", default=None, metavar="FILE",
+                   help="a Jinja chat template file that replaces the checkpoint's own")
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -45,7 +48,17 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(model=args.model, dtype=args.dtype, device=args.device, context=args.context,
                         threads=args.threads, parallel=parallel, prefill_chunk=args.prefill_chunk,
                         background_chunk=args.background_chunk, decode_share=args.decode_share,
-                        kv_memory=args.kv_memory, draft_model=args.draft_model)
+                        kv_memory=args.kv_memory, draft_model=args.draft_model,
+                        chat_template=_read_template(args.chat_template))
+
+
+def _read_template(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).expanduser().read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SystemExit(f"tensorfold: --chat-template {path}: {exc.strerror or exc}") from None
 
 
 def _parser() -> argparse.ArgumentParser:

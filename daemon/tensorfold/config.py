@@ -29,6 +29,7 @@ class EngineConfig:
     block_size: int = 32                # positions per KV block
     kv_memory: float | None = None      # GiB for the KV pool; None: from the memory available
     draft_model: str | None = None      # a smaller model with the same tokenizer drafts; None: prompt lookup
+    chat_template: str | None = None    # Jinja text replacing the checkpoint's chat template
 
 
 AUTO_LANES = 8

@@ -10,7 +10,10 @@ each reply's token_sha (SHA-256 of its token ids) across:
 - a different prefill chunk size vs the default (in-process only);
 - a background request preempted by foreground ones and replayed vs solo;
 - streamed vs whole;
-- constrained cases (each grammar form, forced tool calls) throughout;
+- constrained cases throughout (every second case): each grammar form,
+  forced tool calls, thinking budgets, and a grammar or a forced call after a
+  think block (in-process servers serve a ChatML template that opens a think
+  block when a request turns thinking on; --chat-template on a daemon);
 - drafted vs "draft": false, alone and 8 concurrent, for each drafter (prompt
   lookup, and a draft model: in-process, the target drafting for itself
   unless --draft-model names another).
@@ -44,7 +47,9 @@ FILLER = ("The archive held letters from every harbour on the coast, each one fi
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
               "type": "object", "properties": {"city": {"type": "string"}}}}},
          {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
-# every third case carries one of these: each grammar form, and forced tool calls
+THINK = {"chat_template_kwargs": {"enable_thinking": True}}
+# every second case carries one of these: each grammar form, forced tool calls, thinking budgets
+# (alone, then with a grammar and a forced call that start after the think end)
 CONSTRAINTS: list[dict[str, Any]] = [
     {"guided_json": {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 40},
                                                       "score": {"type": "integer"}},
@@ -55,7 +60,16 @@ CONSTRAINTS: list[dict[str, Any]] = [
     {"response_format": {"type": "json_object"}},
     {"tools": TOOLS, "tool_choice": "required"},
     {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+    {**THINK, "thinking_budget": 6},
+    {**THINK, "thinking_budget": 5, "guided_choice": ["yes", "no", "maybe"]},
+    {**THINK, "thinking_budget": 5, "tools": TOOLS, "tool_choice": "required"},
 ]
+# In-process servers serve the model with this ChatML template: the model's own prompts, plus a
+# think block opened by the prompt when a request turns thinking on (SmolLM2's template has none).
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking %}<think>\n{% endif %}{% endif %}")
 SAMPLINGS: list[dict[str, Any]] = [
     {"temperature": 0},
     {"temperature": 0.7},
@@ -100,7 +114,7 @@ def make_cases(n: int, max_tokens: int, seed: int) -> list[Case]:
             "seed": rng.randrange(1 << 31),
             "ignore_eos": rng.random() < 0.5,
             **SAMPLINGS[i % len(SAMPLINGS)],
-            **(CONSTRAINTS[(i // 3) % len(CONSTRAINTS)] if i % 3 == 2 else {}),
+            **(CONSTRAINTS[(i // 2) % len(CONSTRAINTS)] if i % 2 == 1 else {}),
         }
         out.append(Case(i, body))
     return out
@@ -234,7 +248,8 @@ def in_process_servers(args: argparse.Namespace) -> Iterator[dict[str, str]]:
     from .parsers import parser_for_template
 
     folder = resolve_model(args.model)
-    common = {"dtype": args.dtype, "device": args.device, "kv_memory": args.kv_memory}
+    common = {"dtype": args.dtype, "device": args.device, "kv_memory": args.kv_memory,
+              "chat_template": THINKING_TEMPLATE}
     configs = {"main": EngineConfig(parallel=8, **common),
                "chunk": EngineConfig(parallel=2, prefill_chunk=23, **common),
                "preempt": EngineConfig(parallel=1, **common),
@@ -274,6 +289,10 @@ def run_exactness(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     cases = make_cases(args.cases, args.max_tokens, args.seed)
+    thinking = sum("thinking_budget" in c.body for c in cases)
+    constrained = sum(any(k in c.body for k in ("guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                                                 "response_format", "tool_choice")) for c in cases)
+    print(f"{len(cases)} cases: {constrained} with a grammar or a forced tool call, {thinking} with a thinking budget")
     if args.url:
         urls = {"main": args.url, "chunk": None, "preempt": args.url, "model": None}
         tallies = asyncio.run(run_suite(urls, cases, args.preempt_cases, args.seed))

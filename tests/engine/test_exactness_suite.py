@@ -11,6 +11,7 @@ def test_exactness_fast_subset(tiny_model, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "all identical" in out
+    assert "21 cases: 9 with a grammar or a forced tool call, 3 with a thinking budget" in out
     for comparison in ("concurrent (8", "reused prefix", "prefill chunk", "preempted", "streamed",
                        "ngram drafted vs", "ngram drafted x8", "model drafted vs", "model drafted x8"):
         line = next(l for l in out.splitlines() if comparison in l)

@@ -414,3 +414,29 @@ def test_rollback_failure_falls_back_to_reset_and_replay(compiler, tok):
     assert cut_drafts([con], [], text) == text
     for cut in (len(text) - 1, 5, 9, 1, len(text)):
         assert torch.equal(con.allowed_tokens(text[:cut]), fresh_allowed(compiled, text[:cut])), cut
+
+
+def test_a_reply_may_open_its_think_block_with_its_first_token(compiler, tok, eos):
+    compiled = compiler.compile(GrammarSpec.json_object())
+    marker = tok.encode("</think>")
+    opener = tok.convert_tokens_to_ids("<|im_start|>")          # a one-token opener stands in for <think>
+    con = GrammarConstraint(compiled, start_after=marker, may_open=opener)
+    first = con.allowed_tokens([])
+    expected = fresh_allowed(compiled, [])
+    expected[opener] = True
+    assert torch.equal(first, expected)                           # the grammar's tokens, or the opener
+    answer = tok.encode('{"ok": true}')
+    # opened: free thinking, then the grammar after the marker
+    thinking = [opener] + tok.encode("hmm, not JSON {{")
+    assert cut_drafts([con], [], thinking + marker + answer + [eos]) == thinking + marker + answer + [eos]
+    assert not con.allows(thinking + marker, tok.encode("hello")[0])
+    # not opened: the grammar from the first token; the opener only at position 0
+    assert cut_drafts([con], [], answer + [eos]) == answer + [eos]
+    assert not con.allows(answer, opener) and not con.allows([], tok.encode("hello")[0])
+    # rolling back over the opener restores position 0's choice, on the same matcher
+    assert torch.equal(con.allowed_tokens([]), expected)
+    assert con.started(answer[:2]) and not con.started(thinking)
+    # the same paths on a fresh constraint give the same answers (state follows the path only)
+    for path in ([], [opener], thinking + marker, thinking + marker + answer[:3], answer[:3]):
+        fresh = GrammarConstraint(compiled, start_after=marker, may_open=opener)
+        assert torch.equal(con.allowed_tokens(path), fresh.allowed_tokens(path)), path

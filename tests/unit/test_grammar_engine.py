@@ -65,3 +65,38 @@ def test_constrained_replies_are_equal_drafted_serial_and_concurrent(engine, spe
                 assert list(value) == ["name", "n", "tags"], value
     if engine.model_name.startswith("tiny-echo"):
         assert sum(r.finish.stats.drafted for r in drafted) > 0
+
+
+def test_a_reply_that_opens_its_own_think_block_gets_the_grammar_after_it(engine):
+    """The think opener is one token the reply writes first (ForceToken stands in for a model
+    that chooses it); the thinking budget closes the block; the grammar holds after the close.
+    Drafted, serial and concurrent replies are equal."""
+    from tensorfold.engine.constraints import ForceToken, ThinkingBudget
+    from tensorfold.engine.types import Think
+
+    tok = engine.tokenizer
+    opener = tok.hf.convert_tokens_to_ids("<|im_start|>")      # a one-token opener stands in for <think>
+    close, marker = tuple(tok.encode("\n</think>\n\n")), tuple(tok.encode("</think>"))
+    think = Think((opener,), marker)
+    compiled = engine.grammars.compile(GrammarSpec.choice(["yes", "no"]))
+    prompt = chat_prompt(engine, TEXT)
+
+    def reqs(draft, first):
+        rules = lambda: (ForceToken(0, first), ThinkingBudget(6, close, marker, (opener,)).stop_at_marker(),
+                         GrammarConstraint(compiled, start_after=marker, may_open=opener))
+        return [make_request(prompt, rid=f"t{i}-{draft}-{first}", max_tokens=24, draft=draft, sampling=s,
+                             constraints=rules()) for i, s in enumerate(SAMPLINGS)]
+
+    serial = [run(engine, r) for r in reqs(False, opener)]
+    drafted = [run(engine, r) for r in reqs(True, opener)]
+    for a, b in zip(serial, drafted):
+        assert a.tokens == b.tokens
+        assert a.tokens[0] == opener
+        at = a.tokens.index(marker[-1]) + 1                 # the grammar's part follows the marker
+        answer = tok.decode([t for t in a.tokens[at:] if t not in tok.eos_token_ids])
+        assert answer in ("yes", "no"), answer
+        assert think.reasoning_tokens(a.tokens) == at
+    # without the opener first, the grammar holds from the first token
+    plain = [run(engine, r) for r in reqs(False, tok.encode("yes")[0])]
+    for p in plain:
+        assert tok.decode([t for t in p.tokens if t not in tok.eos_token_ids]) == "yes"

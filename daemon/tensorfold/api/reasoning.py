@@ -64,23 +64,6 @@ def thinking_budget_rule(tokenizer: Any, template: str, kwargs: dict[str, Any], 
                           starts_in_reasoning(tokenizer.decode(prompt[-16:]), opener))
 
 
-def grammar_start(tokenizer: Any, body: Any, default_effort: str | None, prompt: list[int]) -> tuple[int, ...]:
-    """With thinking on and the prompt ending inside the think block, a grammar starts after the
-    think end: its tokens. Otherwise () and the grammar holds from the first reply token (a model
-    that would open the block itself does not think under a grammar)."""
-    from ..parsers import REASONING_MARKERS, reasoning_for_template, starts_in_reasoning
-
-    template = getattr(tokenizer, "chat_template", "")
-    name = reasoning_for_template(template)
-    if name is None:
-        return ()
-    kwargs = effort_kwargs(dict(body.chat_template_kwargs or {}), body.reasoning_effort, default_effort, template)
-    opener, close = REASONING_MARKERS[name]
-    if kwargs.get("enable_thinking") is False or not starts_in_reasoning(tokenizer.decode(prompt[-16:]), opener):
-        return ()
-    return tuple(tokenizer.encode(close))
-
-
 def think_markers(tokenizer: Any, template: str, kwargs: dict[str, Any], prompt: list[int]) -> Any:
     """The engine's Think (markers as tokens) when this request thinks; None otherwise."""
     from ..engine.types import Think

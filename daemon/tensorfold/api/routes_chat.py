@@ -9,7 +9,6 @@ from quart import Blueprint, Response
 
 from . import convert
 from .chat_reply import ChatReply, reply_parser
-from .reasoning import grammar_start
 from .structured import attach_grammar
 from .generation import stream_reply, whole_reply
 from .parsing import read_body, validate
@@ -45,8 +44,7 @@ async def chat_engine_request(body: ChatCompletionRequest, request_id: str) -> A
     constrained, every refusal a 400. /v1/responses runs through it too."""
     state = get_state()
     engine_request = convert.chat_request(body, state.engine, state.config, request_id)
-    start = grammar_start(state.engine.tokenizer, body, state.config.reasoning_effort, engine_request.prompt)
-    return await attach_grammar(engine_request, body, state.engine, start)
+    return await attach_grammar(engine_request, body, state.engine)
 
 
 async def respond(engine: Any, request: Any, shape: Any, stream: bool | None) -> Response:

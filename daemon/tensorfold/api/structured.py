@@ -47,9 +47,9 @@ def grammar_request(body: Any) -> tuple[str, Any, str] | None:
     return kind, value, field
 
 
-async def attach_grammar(request: Request, body: Any, engine: Any, start_after: tuple[int, ...] = ()) -> Request:
-    """`request` with the body's grammar as a constraint (compiled off the event loop);
-    `start_after`: the think-end tokens when thinking is on (the grammar starts after them)."""
+async def attach_grammar(request: Request, body: Any, engine: Any) -> Request:
+    """`request` with the body's grammar as a constraint (compiled off the event loop).
+    While the request thinks (`request.think`), the grammar starts after the think end."""
     asked = grammar_request(body)
     if asked is None:
         return request
@@ -62,7 +62,7 @@ async def attach_grammar(request: Request, body: Any, engine: Any, start_after: 
         spec = GrammarSpec.of(kind, value)
         compiler = engine.grammar_compiler()
         await asyncio.wrap_future(compiler.compile_async(spec))
-        constraint = compiler.constraint(spec, start_after=start_after)   # a cache hit now
+        constraint = compiler.constraint(spec, request.think)   # a cache hit now
     except GrammarUnavailable as exc:
         raise errors.invalid(str(exc), param=field) from exc
     except GrammarError as exc:

@@ -37,6 +37,8 @@ class EngineClient:
         self.folder = folder
         self.model_name = folder.name
         self.tokenizer = Tokenizer(folder)
+        if config.chat_template:
+            self.tokenizer.hf.chat_template = config.chat_template
         self.runner = TorchRunner(folder, dtype=config.dtype, device=config.device)
         lanes = config.parallel or AUTO_LANES
         budget = int(config.kv_memory * GiB) if config.kv_memory else self.runner.free_memory()

@@ -119,7 +119,8 @@ class ToolForce:
     leaves them is replaced by the next token of the rest of the first offered
     name its written part starts (and the text that ends a name). After the
     name the model writes the arguments. While the reply is thinking, the
-    answer starts after the think end. Every fix depends only on the tokens
+    answer starts after the think end; a reply may open its think block with
+    its first token (a one-token opener). Every fix depends only on the tokens
     before it.
     """
 
@@ -139,6 +140,9 @@ class ToolForce:
         return None if at < 0 else at + len(t.close)
 
     def replace(self, reply: Sequence[int], token: int) -> int:
+        t = self.think
+        if t is not None and not t.inside and not reply and len(t.opener) == 1 and token == t.opener[0]:
+            return token                                  # the reply opens its think block first
         start = self._answer(reply)
         if start is None:
             return token                                  # still thinking

@@ -193,11 +193,20 @@ class GrammarCompiler:
                 self._pending[spec.key] = fut
             return fut
 
-    def constraint(self, spec: GrammarSpec, start_after: Sequence[int] = ()) -> Any:
-        """A GrammarConstraint for one request (compiles synchronously if needed)."""
+    def constraint(self, spec: GrammarSpec, think: Any = None) -> Any:
+        """A GrammarConstraint for one request (compiles synchronously if needed).
+        `think` (engine.types.Think, when the request thinks): the grammar starts
+        after the think end, whether the prompt opened the block or the reply
+        opens it (a one-token opener) with its first token."""
         from .constraint import GrammarConstraint
 
-        return GrammarConstraint(self.compile(spec), start_after=start_after)
+        if think is None:
+            return GrammarConstraint(self.compile(spec))
+        if think.inside:
+            return GrammarConstraint(self.compile(spec), start_after=think.close)
+        if len(think.opener) == 1:
+            return GrammarConstraint(self.compile(spec), start_after=think.close, may_open=think.opener[0])
+        return GrammarConstraint(self.compile(spec))
 
     def cached(self, spec: GrammarSpec) -> bool:
         with self._lock:

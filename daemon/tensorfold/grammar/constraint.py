@@ -17,6 +17,10 @@ Rules:
 - `start_after` (a token sequence, e.g. the `</think>` marker's tokens): the
   grammar applies only to the tokens after the first occurrence of the marker
   in the reply; before that every token is allowed and logits are untouched.
+- `may_open` (with `start_after`; a one-token think opener such as `<think>`):
+  the reply may open its think block itself. The grammar holds from the first
+  reply token, but there the opener is allowed too; a reply that starts with
+  it thinks freely and the grammar starts after the marker.
 - The end tokens (the compiler's stop tokens) are allowed only once the value
   is complete (xgrammar's rule).
 - After the grammar has taken an end token (the value is finished), only end
@@ -47,7 +51,7 @@ ROLLBACK_WINDOW = 256         # for xgrammar versions that bound rollback (0.2 i
 class GrammarConstraint:
     """One request's grammar, applied to reply positions (the engine's Constraint protocol)."""
 
-    def __init__(self, compiled: Any, start_after: Sequence[int] = ()) -> None:
+    def __init__(self, compiled: Any, start_after: Sequence[int] = (), may_open: int | None = None) -> None:
         xg = load_xgrammar()
         kwargs: dict[str, Any] = {}
         param = inspect.signature(xg.GrammarMatcher.__init__).parameters.get("max_rollback_tokens")
@@ -61,15 +65,23 @@ class GrammarConstraint:
         # one it is asked to accept, so they are refused here without asking it
         self._special = frozenset(compiled.tokenizer_info.special_token_ids) - self._stops
         self._marker: list[int] = [int(t) for t in start_after]
+        self._opener = None if may_open is None or not self._marker else int(may_open)
         self._bitmask = xg.allocate_token_bitmask(1, self.vocab_size)          # [1, ceil(V/32)] int32
         self._shifts = torch.arange(32, dtype=torch.int32)
         # the synced path: _reply[:_start] is before the grammar (None: marker not seen yet);
         # _reply[_start:_start + _fed] were accepted by the matcher (one step each), then
         # _tail end tokens after the grammar terminated (not fed).
         self._reply: list[int] = []
-        self._start: int | None = 0 if not self._marker else None
+        self._start: int | None = self._initial_start()
         self._fed = 0
         self._tail = 0
+
+    def _initial_start(self) -> int | None:
+        """Where the grammar starts on an empty reply: at once, or after the marker."""
+        return 0 if not self._marker or self._opener is not None else None
+
+    def _may_open_here(self) -> bool:
+        return self._opener is not None and not self._reply
 
     # -- the Constraint protocol ---------------------------------------------------------
     def allows(self, reply: Sequence[int], token: int) -> bool:
@@ -88,6 +100,8 @@ class GrammarConstraint:
         if self._start is None:
             return
         allowed = self._allowed()                                            # [V] bool, CPU
+        if self._may_open_here():
+            allowed[self._opener] = True
         if not bool(allowed.any()):
             raise GrammarError(f"the grammar allows no token after reply position {len(self._reply)}")
         n = logits.shape[-1]
@@ -117,7 +131,10 @@ class GrammarConstraint:
         self._sync(reply)
         if self._start is None:
             return torch.ones(self.vocab_size, dtype=torch.bool)
-        return self._allowed().clone()
+        allowed = self._allowed().clone()
+        if self._may_open_here():
+            allowed[self._opener] = True
+        return allowed
 
     # -- internals -----------------------------------------------------------------------
     def _allowed(self) -> torch.Tensor:
@@ -157,7 +174,7 @@ class GrammarConstraint:
         if k >= len(self._reply):
             return
         if self._start is not None and self._marker and k < self._start:
-            # the cut goes into the marker: the grammar has not started on the shorter path
+            # the cut goes into the think block: the grammar has not started on the shorter path
             if self._fed:
                 self._m.reset()
             self._start, self._fed, self._tail = None, 0, 0
@@ -170,6 +187,8 @@ class GrammarConstraint:
             else:
                 self._tail = keep - self._fed
         del self._reply[k:]
+        if not self._reply and self._start is None:
+            self._start = self._initial_start()       # back before a think opener the reply wrote
 
     def _rollback(self, steps: int) -> None:
         if steps <= 0:
@@ -188,6 +207,10 @@ class GrammarConstraint:
 
     def _push(self, token: int) -> bool:
         """Extend the synced path by `token` if the grammar takes it (state unchanged if not)."""
+        if self._may_open_here() and token == self._opener:
+            self._start = None                        # the reply thinks first
+            self._reply.append(token)
+            return True
         if self._start is None:
             self._reply.append(token)
             m = len(self._marker)
