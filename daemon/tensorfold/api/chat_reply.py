@@ -10,23 +10,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from .reasoning import effort_kwargs
 from ..parsers import (ContentDelta, Event, ReasoningDelta, ReplyParser, ToolCallArgsDelta, ToolCallStart,
                        build_reply_parser, reasoning_for_template)
 
 
-def reply_parser(engine: Any, body: Any, prompt: list[int], config: Any) -> ReplyParser | None:
-    """The parser for this request, or None when the reply is plain content."""
+def reply_parser(engine: Any, body: Any, request: Any, config: Any) -> ReplyParser | None:
+    """The parser for `request` (the engine request of `body`), or None when the
+    reply is plain content. The reply thinks when the request has think markers."""
     tool_format = config.tool_parser
     tok = engine.tokenizer
     template = getattr(tok, "chat_template", "")
     tools = None if body.tool_choice == "none" else body.tools
     if not template or not (tools or tool_format or reasoning_for_template(template)):
         return None
-    kwargs = effort_kwargs(dict(body.chat_template_kwargs or {}), body.reasoning_effort,
-                           config.reasoning_effort, template)
-    parser = build_reply_parser(template, tools, prompt=tok.decode(prompt[-16:]),
-                                thinking=kwargs.get("enable_thinking", True) is not False,
+    parser = build_reply_parser(template, tools, prompt=tok.decode(request.prompt[-16:]),
+                                thinking=request.think is not None,
                                 parallel_tool_calls=body.parallel_tool_calls is not False,
                                 tool_format=tool_format)
     return parser if (parser.reasoning or parser.tools) else None

@@ -34,7 +34,7 @@ async def run_chat(raw: dict[str, Any]) -> Response:
     model = state.resolve_model(body.model)
     request_id = new_id("chatcmpl")
     engine_request = await chat_engine_request(body, request_id)
-    parser = reply_parser(state.engine, body, engine_request.prompt, state.config)
+    parser = reply_parser(state.engine, body, engine_request, state.config)
     shape = ChatShape(request_id, model, int(time.time()), ChatReply(parser))
     return await respond(state.engine, engine_request, shape, body.stream)
 

@@ -63,7 +63,7 @@ async def create_response() -> Response:
     with as_responses_errors():
         chat = validate(ChatCompletionRequest, chat_body(body, raw, history))
         engine_request = await chat_engine_request(chat, response_id)
-    parser = reply_parser(state.engine, chat, engine_request.prompt, state.config) or PlainText()
+    parser = reply_parser(state.engine, chat, engine_request, state.config) or PlainText()
     run = ResponseRun(state.engine, engine_request, parser,
                       response_head(body, chat, model, response_id, state.config.sampling),
                       state.responses, history)
