@@ -48,7 +48,7 @@ def escape(text: str) -> str:
 
 
 def test_xml_call_is_parsed_with_schema_types(qwen):
-    reply = ask(qwen, tools=[TOOL], guided_regex=escape(CALL))
+    reply = ask(qwen, tools=[TOOL], guided_regex=escape(CALL), max_tokens=120)
     assert "tool_calls" in reply["choices"][0]["message"], reply["choices"][0]
     (call,) = reply["choices"][0]["message"]["tool_calls"]
     assert call["function"]["name"] == "set_alarm"

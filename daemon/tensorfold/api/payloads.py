@@ -58,7 +58,9 @@ class ChatShape:
     reply: ChatReply = field(default_factory=lambda: ChatReply(None))
 
     def _reason(self, finish: Finish) -> str:
-        return "tool_calls" if self.reply.calls else finish_reason(finish)
+        """"tool_calls" when the reply called a tool, unless the token limit cut it ("length")."""
+        reason = finish_reason(finish)
+        return "tool_calls" if self.reply.calls and reason != "length" else reason
 
     def _head(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
