@@ -3,6 +3,7 @@ error handlers that turn every failure into the OpenAI error envelope.
 
     400 invalid_request_error   malformed body or field (param names it)
     401 invalid_request_error   /v1/* without `Authorization: Bearer <key>` when a key is set
+    403 invalid_request_error   a cross-origin or DNS-rebound request (guard.py)
     404 invalid_request_error   unknown route, unknown model (code model_not_found),
                                 unknown stored response (code not_found)
     405 invalid_request_error   wrong method (with an Allow header)
@@ -20,7 +21,8 @@ from werkzeug.exceptions import HTTPException
 
 from ..config import ServerConfig
 from ..store import MemoryStore, ResponseStore
-from . import errors, routes_chat, routes_completions, routes_health, routes_models, routes_responses
+from . import (errors, guard, routes_chat, routes_completions, routes_console, routes_health, routes_models,
+               routes_responses)
 from .errors import APIError
 from .server import ServerThread, serve, serve_async
 from .sse import json_response
@@ -43,8 +45,10 @@ def create_app(engine, config: ServerConfig, store: ResponseStore | None = None)
     served_id = config.served_model_name or engine.model_name
     app.extensions[EXTENSION] = AppState(engine, config, served_id, tuple(config.aliases),
                                          responses=store if store is not None else MemoryStore())
-    for module in (routes_models, routes_health, routes_chat, routes_completions, routes_responses):
+    for module in (routes_models, routes_health, routes_chat, routes_completions, routes_responses,
+                   routes_console):
         app.register_blueprint(module.bp)
+    guard.install(app, config)
     if config.api_key:
         app.before_request(_require_key(config.api_key))
     app.register_error_handler(APIError, _api_error)

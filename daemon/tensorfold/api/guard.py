@@ -1,0 +1,102 @@
+"""The same-origin guard: Host and Origin checks against DNS rebinding and
+cross-site requests from web pages.
+
+A page on another site can make a browser send requests to the daemon on
+127.0.0.1 in two ways, and each check closes one:
+
+- Cross-origin requests carry an `Origin` header. On every route, a request
+  whose Origin (scheme://host[:port]) is not the request's own
+  `http://<Host>` is refused. Clients that send no Origin (the openai
+  package, curl, the TUI) pass.
+- DNS rebinding: the attacker's name resolves to 127.0.0.1, so the page's
+  requests are same-origin for the browser but carry the attacker's name in
+  `Host`. The console routes (/console, /console/...) answer only to the
+  loopback names (127.0.0.1, localhost, [::1], any port) and the server's
+  own --host when it is not a wildcard. A browser's request (one that
+  carries `Origin` or `Sec-Fetch-Site`) gets that Host check on every
+  route, since rebinding only ever reaches the daemon through a browser.
+
+Each refusal is a 403 OpenAI error envelope.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from quart import Quart, request
+
+from ..config import ServerConfig
+from .errors import APIError
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "*"})
+CONSOLE_PREFIX = "/console"
+FORBIDDEN_HOST = "forbidden_host"
+CROSS_ORIGIN = "cross_origin_request"
+
+
+def split_authority(value: str) -> tuple[str, int | None] | None:
+    """(host, port) of a Host header value such as `localhost:8080` or
+    `[::1]:8080`: host lowercased without brackets, port None when absent;
+    None when the value is not a valid authority."""
+    value = value.strip()
+    if not value or any(c in value for c in "/?#@ \\"):
+        return None
+    try:
+        parts = urlsplit(f"//{value}")
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    return (host, port) if host else None
+
+
+def allowed_hosts(config_host: str | None) -> frozenset[str]:
+    """The host names the console answers to: loopback, plus the configured
+    --host unless it listens on every interface."""
+    host = (config_host or "").strip().strip("[]").lower()
+    return LOOPBACK_HOSTS | ({host} if host not in WILDCARD_HOSTS else set())
+
+
+def host_allowed(host_header: str | None, allowed: frozenset[str]) -> bool:
+    authority = split_authority(host_header or "")
+    return authority is not None and authority[0] in allowed
+
+
+def same_origin(origin: str, host_header: str | None) -> bool:
+    """Whether `origin` is `http://<host_header>` (80 and no port being the same)."""
+    own = split_authority(host_header or "")
+    if own is None:
+        return False
+    try:
+        parts = urlsplit(origin.strip())
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return False
+    if (parts.scheme.lower() != "http" or not host or "@" in parts.netloc or parts.path not in ("", "/")
+            or parts.query):
+        return False
+    return (host, port or 80) == (own[0], own[1] or 80)
+
+
+def is_console_path(path: str) -> bool:
+    return path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/")
+
+
+def install(app: Quart, config: ServerConfig) -> None:
+    """Refuse cross-origin and rebound requests before any route (and before
+    the API-key check) runs."""
+    allowed = allowed_hosts(config.host)
+
+    async def check() -> None:
+        host = request.headers.get("Host")
+        origin = request.headers.get("Origin")
+        from_browser = origin is not None or "Sec-Fetch-Site" in request.headers
+        if (from_browser or is_console_path(request.path)) and not host_allowed(host, allowed):
+            raise APIError(f"Host '{host or ''}' is not allowed: open the console at "
+                           "http://127.0.0.1:<port>/console (or the server's --host)",
+                           status=403, code=FORBIDDEN_HOST)
+        if origin is not None and not same_origin(origin, host):
+            raise APIError(f"Cross-origin request from '{origin}' refused: only pages served by this "
+                           "server may call it from a browser", status=403, code=CROSS_ORIGIN)
+
+    app.before_request(check)
