@@ -13,7 +13,6 @@ integral fields accept integral floats (2.0 is 2) and refuse 2.5.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Annotated, Any, NoReturn
 
 from pydantic import BeforeValidator

@@ -49,13 +49,19 @@ class SupervisorError(Exception):
     pass
 
 
+def program(script: str, module: str) -> list[str]:
+    """The command that runs one of this package's programs in this environment:
+    the script beside this interpreter, else on PATH, else `python -m module`."""
+    beside = Path(sys.executable).with_name(script)
+    if beside.is_file():
+        return [str(beside)]
+    found = shutil.which(script)
+    return [found] if found else [sys.executable, "-m", module]
+
+
 def serve_command() -> list[str]:
-    """The command that runs `tensorfold serve` in this environment."""
-    script = Path(sys.executable).with_name("tensorfold")
-    if script.is_file():
-        return [str(script)]
-    found = shutil.which("tensorfold")
-    return [found] if found else [sys.executable, "-m", "tensorfold"]
+    """The command that runs `tensorfold` (its `serve` follows)."""
+    return program("tensorfold", "tensorfold")
 
 
 class Supervisor:
