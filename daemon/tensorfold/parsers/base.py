@@ -22,7 +22,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
-from .scan import ContentOut, find_first, partial_suffix
+from .scan import ContentOut, StepMachine, find_first, partial_suffix
 from .schema import convert, param_type, tool_schemas
 from .types import (ContentDelta, Event, FirstCallOnly, ToolCall, ToolCallArgsDelta, ToolCallEnd,
                     ToolCallStart, coalesce, collect, new_call_id)
@@ -50,7 +50,7 @@ class ArgsJson:
         return "}" if self._keys else "{}"
 
 
-class ToolParser:
+class ToolParser(StepMachine):
     """Base of the tool-call parsers; subclasses write `_step` states."""
 
     name: ClassVar[str] = ""
@@ -78,16 +78,8 @@ class ToolParser:
 
     # -- the surface -----------------------------------------------------
 
-    def feed(self, text: str) -> list[Event]:
-        if text:
-            self._buf += text
-            while self._step(False):
-                pass
-        return self._take()
-
     def end(self) -> list[Event]:
-        while self._step(True):
-            pass
+        self._drain()
         if self._index >= 0:
             self._close_call()
         self._buf = ""

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .scan import WS, EdgeTrim, find_first, partial_suffix
+from .scan import WS, EdgeTrim, StepMachine, find_first, partial_suffix
 from .types import ContentDelta, Event, ReasoningDelta, coalesce
 
 REASONING_MARKERS: dict[str, tuple[str, str]] = {
@@ -56,7 +56,7 @@ class _Keep:
         pass
 
 
-class ReasoningParser:
+class ReasoningParser(StepMachine):
     def __init__(self, open_marker: str = "<think>", close_marker: str = "</think>", *,
                  starts_inside: bool = False, call_openers: Sequence[str] = (), strip: bool = True) -> None:
         self.open_marker = open_marker
@@ -78,16 +78,8 @@ class ReasoningParser:
         open_marker, close_marker = REASONING_MARKERS[name]
         return cls(open_marker, close_marker, **kwargs)
 
-    def feed(self, text: str) -> list[Event]:
-        if text:
-            self._buf += text
-            while self._step(False):
-                pass
-        return self._take()
-
     def end(self) -> list[Event]:
-        while self._step(True):
-            pass
+        self._drain()
         self._buf = ""
         return self._take()
 

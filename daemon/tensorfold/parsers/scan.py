@@ -44,6 +44,31 @@ def skip_ws(buf: str, i: int) -> int:
     return i
 
 
+class StepMachine:
+    """The driver of a streaming parser: `feed` appends text to `_buf` and runs
+    `_step(final=False)` while it makes progress; `_drain` runs `_step(True)`
+    at the end of the reply. Subclasses hold `_buf` and define `_step` and `_take`."""
+
+    _buf: str
+
+    def _step(self, final: bool) -> bool:
+        raise NotImplementedError
+
+    def _take(self) -> list:
+        raise NotImplementedError
+
+    def feed(self, text: str) -> list:
+        if text:
+            self._buf += text
+            while self._step(False):
+                pass
+        return self._take()
+
+    def _drain(self) -> None:
+        while self._step(True):
+            pass
+
+
 class ContentOut:
     """Answer text around tool calls.
 
