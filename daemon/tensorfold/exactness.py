@@ -120,8 +120,7 @@ def make_cases(n: int, max_tokens: int, seed: int) -> list[Case]:
     return out
 
 
-async def ask(http: httpx.AsyncClient, body: dict[str, Any], stream: bool = False,
-              on_tokens: asyncio.Event | None = None, after: int = 0) -> dict[str, Any]:
+async def ask(http: httpx.AsyncClient, body: dict[str, Any], stream: bool = False) -> dict[str, Any]:
     """One chat completion; returns its tensorfold block and usage."""
     if not stream:
         r = await http.post("/v1/chat/completions", json=body)
@@ -129,7 +128,6 @@ async def ask(http: httpx.AsyncClient, body: dict[str, Any], stream: bool = Fals
         data = r.json()
         return {"sha": data["tensorfold"]["token_sha"], "usage": data["usage"]}
     last: dict[str, Any] = {}
-    chunks = 0
     async with http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
         r.raise_for_status()
         async for line in r.aiter_lines():
@@ -138,9 +136,6 @@ async def ask(http: httpx.AsyncClient, body: dict[str, Any], stream: bool = Fals
             event = json.loads(line[6:])
             if "error" in event:
                 raise RuntimeError(event["error"].get("message"))
-            chunks += 1
-            if on_tokens is not None and chunks > after:
-                on_tokens.set()
             if event.get("tensorfold"):
                 last = event
     return {"sha": last["tensorfold"]["token_sha"], "usage": last["usage"]}
@@ -169,13 +164,17 @@ async def concurrent(http: httpx.AsyncClient, cases: list[Case], width: int, see
 
 
 async def preempted(http: httpx.AsyncClient, case: Case) -> tuple[dict[str, Any], bool]:
-    """Run `case` as background; once it streams, fill every lane with foreground work."""
-    lanes = int((await health(http)).get("streams_maximum", 1))
-    before = int((await health(http)).get("preemptions_total", 0))
-    started = asyncio.Event()
+    """Run `case` as background; once it has decoded a few tokens (the server's
+    completion counter moves: a reply that holds its text back, such as a tool
+    call, streams nothing yet), fill every lane with foreground work."""
+    first = await health(http)
+    lanes = int(first.get("streams_maximum", 1))
+    before = int(first.get("preemptions_total", 0))
+    decoded = int(first.get("completion_tokens_total", 0))
     body = {**case.body, "priority": "background"}
-    task = asyncio.ensure_future(ask(http, body, stream=True, on_tokens=started, after=3))
-    await started.wait()
+    task = asyncio.ensure_future(ask(http, body, stream=True))
+    while not task.done() and int((await health(http)).get("completion_tokens_total", 0)) < decoded + 3:
+        await asyncio.sleep(0.01)
     fg = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0}
     await asyncio.gather(*(ask(http, fg) for _ in range(lanes)))
     result = await task
