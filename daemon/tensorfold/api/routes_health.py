@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from quart import Blueprint, Response
 
-import time
-
 from .. import __version__
 from . import metrics
 from .sse import json_response
@@ -23,16 +21,12 @@ async def health() -> Response:
     state = get_state()
     return json_response(metrics.health_body(
         state.engine.health(), model=state.served_id, aliases=list(state.aliases), version=__version__,
-        context_length=state.engine.context_length, uptime_seconds=_uptime(state)))
+        context_length=state.engine.context_length, uptime_seconds=state.uptime_seconds))
 
 
 @bp.get("/metrics")
 async def prometheus() -> Response:
     state = get_state()
     text = metrics.exposition(state.engine.health(), model=state.served_id, version=__version__,
-                              context_length=state.engine.context_length, uptime_seconds=_uptime(state))
+                              context_length=state.engine.context_length, uptime_seconds=state.uptime_seconds)
     return Response(text, status=200, content_type=metrics.CONTENT_TYPE)
-
-
-def _uptime(state) -> float:
-    return round(time.time() - state.started_at, 3)

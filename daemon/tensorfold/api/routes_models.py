@@ -13,7 +13,7 @@ bp = Blueprint("models", __name__)
 @bp.get("/v1/models")
 async def list_models() -> Response:
     state = get_state()
-    data = [{"id": name, "object": "model", "created": state.started, "owned_by": "tensorfold",
+    data = [{"id": name, "object": "model", "created": int(state.started_at), "owned_by": "tensorfold",
              "root": state.served_id, "max_model_len": state.engine.context_length}
             for name in state.model_names]
     return json_response({"object": "list", "data": data})

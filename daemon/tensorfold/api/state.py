@@ -22,9 +22,12 @@ class AppState:
     config: ServerConfig
     served_id: str
     aliases: tuple[str, ...]
-    started: int = field(default_factory=lambda: int(time.time()))
     started_at: float = field(default_factory=time.time)
     responses: ResponseStore = field(default_factory=MemoryStore)   # the Responses store
+
+    @property
+    def uptime_seconds(self) -> float:
+        return round(time.time() - self.started_at, 3)
 
     @property
     def model_names(self) -> tuple[str, ...]:

@@ -1,5 +1,5 @@
 """A small synchronous client for the daemon's HTTP API: what the front ends
-read and change (health, models, stored responses, a new turn)."""
+read and change (health, models, stored responses)."""
 
 from __future__ import annotations
 
@@ -76,10 +76,3 @@ class DaemonClient:
 
     def delete_response(self, response_id: str) -> None:
         self._call("DELETE", f"/v1/responses/{response_id}")
-
-    def continue_response(self, previous_id: str | None, text: str, **fields: Any) -> dict[str, Any]:
-        """A new turn (stored), continuing `previous_id` when given."""
-        body: dict[str, Any] = {"input": text, **fields}
-        if previous_id:
-            body["previous_response_id"] = previous_id
-        return self._call("POST", "/v1/responses", json=body, timeout=600.0)

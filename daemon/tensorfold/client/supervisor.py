@@ -64,6 +64,23 @@ def serve_command() -> list[str]:
     return program("tensorfold", "tensorfold")
 
 
+def _without(args: list[str], options: tuple[str, ...]) -> list[str]:
+    """`args` less each of `options` and the value after it (and blank lines)."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in options:
+            skip = True
+        elif arg.strip():
+            out.append(arg)
+    return out
+
+
+def _model_of(args: list[str]) -> str | None:
+    return args[args.index("--model") + 1] if "--model" in args[:-1] else None
+
+
 class Supervisor:
     def __init__(self, url: str = DEFAULT_URL, paths: DaemonPaths | None = None,
                  service: Service | None | str = "auto", api_key: str | None = None,
@@ -86,29 +103,18 @@ class Supervisor:
             lines = self.paths.args_file.read_text().splitlines()
         except FileNotFoundError:
             return []
-        out, skip = [], False
-        for line in lines:
-            if skip:
-                skip = False
-            elif line in ("--host", "--port"):
-                skip = True
-            elif line.strip():
-                out.append(line)
-        return out
+        return _without(lines, ("--host", "--port"))
 
     def chosen_model(self) -> str | None:
-        args = self.settings()
-        return args[args.index("--model") + 1] if "--model" in args[:-1] else None
+        return _model_of(self.settings())
 
     def choose(self, model: str | None = None, args: list[str] | None = None) -> None:
         """Write the settings: `model` replaces the chosen one (None keeps it),
         `args` replaces the other arguments (None keeps them)."""
         current = self.settings()
-        keep_model = self.chosen_model()
+        model = model if model is not None else _model_of(current)
         if args is None:
-            args = [a for i, a in enumerate(current)
-                    if a != "--model" and not (i and current[i - 1] == "--model")]
-        model = model if model is not None else keep_model
+            args = _without(current, ("--model",))
         lines = ["--host", self.host, "--port", str(self.port), *(["--model", model] if model else []), *args]
         self.paths.args_file.parent.mkdir(parents=True, exist_ok=True)
         self.paths.args_file.write_text("\n".join(lines) + "\n")

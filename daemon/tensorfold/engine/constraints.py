@@ -140,8 +140,7 @@ class ToolForce:
         return None if at < 0 else at + len(t.close)
 
     def replace(self, reply: Sequence[int], token: int) -> int:
-        t = self.think
-        if t is not None and not t.inside and not reply and len(t.opener) == 1 and token == t.opener[0]:
+        if not reply and self.think is not None and token == self.think.reply_opener:
             return token                                  # the reply opens its think block first
         start = self._answer(reply)
         if start is None:

@@ -49,6 +49,13 @@ class Think:
     close: tuple[int, ...]
     inside: bool = False
 
+    @property
+    def reply_opener(self) -> int | None:
+        """The token a reply may open its own block with, at its first position:
+        None when the prompt opened the block, or when the opener is several
+        tokens (then it cannot be told from answer text)."""
+        return self.opener[0] if not self.inside and len(self.opener) == 1 else None
+
     def reasoning_tokens(self, reply: list[int]) -> int:
         """Reply tokens spent thinking, through the closing marker."""
         if not self.inside and find_marker(reply, self.opener) != 0:

@@ -200,13 +200,9 @@ class GrammarCompiler:
         opens it (a one-token opener) with its first token."""
         from .constraint import GrammarConstraint
 
-        if think is None:
+        if think is None or not (think.inside or think.reply_opener is not None):
             return GrammarConstraint(self.compile(spec))
-        if think.inside:
-            return GrammarConstraint(self.compile(spec), start_after=think.close)
-        if len(think.opener) == 1:
-            return GrammarConstraint(self.compile(spec), start_after=think.close, may_open=think.opener[0])
-        return GrammarConstraint(self.compile(spec))
+        return GrammarConstraint(self.compile(spec), start_after=think.close, may_open=think.reply_opener)
 
     def cached(self, spec: GrammarSpec) -> bool:
         with self._lock:
