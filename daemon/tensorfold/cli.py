@@ -19,10 +19,13 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    help="a local Hugging Face folder, a .gguf file, a Hugging Face repo id, "
                         "or nothing for the built-in default (SmolLM2-135M-Instruct)")
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"],
-                   help="weights and activations (auto: bfloat16 on CUDA, float32 on CPU)")
+                   help="CUDA weights and activations (auto: bfloat16); the CPU computes in float32")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
+    p.add_argument("--weights", default="auto", choices=["auto", "q8_0", "q4_0", "bf16"],
+                   help="CPU weight format: a GGUF runs as stored; a safetensors checkpoint is quantized "
+                        "at load (auto: q8_0)")
     p.add_argument("--context", type=int, default=None, help="served context window (default: the model's)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: the machine's cores); replies are the same at any count")
     p.add_argument("--parallel", default="auto",
                    help="requests sharing rounds: auto (%d lanes within memory) or N" % AUTO_LANES)
     p.add_argument("--decode-share", type=float, default=0.25,
@@ -45,7 +48,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     if parallel < 0 or not 0 <= args.decode_share <= 1 or args.prefill_chunk < 1 or args.background_chunk < 1:
         raise SystemExit("tensorfold: --parallel must be auto or N >= 1, --decode-share within 0..1, "
                          "chunks >= 1")
-    return EngineConfig(model=args.model, dtype=args.dtype, device=args.device, context=args.context,
+    return EngineConfig(model=args.model, dtype=args.dtype, device=args.device, weights=args.weights,
+                        context=args.context,
                         threads=args.threads, parallel=parallel, prefill_chunk=args.prefill_chunk,
                         background_chunk=args.background_chunk, decode_share=args.decode_share,
                         kv_memory=args.kv_memory, draft_model=args.draft_model,
@@ -101,11 +105,21 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="measure this engine")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
-    decode = bench_sub.add_parser("decode", help="single-stream prefill and decode tokens/s vs transformers")
+    decode = bench_sub.add_parser("decode", help="single-stream prefill and decode tokens/s vs another engine")
     _engine_args(decode)
-    decode.add_argument("--prompt-tokens", type=int, default=256)
+    decode.add_argument("--against", action="append", choices=["transformers", "llama.cpp"],
+                        help="the engine to compare with; repeatable (default: transformers)")
+    decode.add_argument("--gguf", default=None,
+                        help="the GGUF llama.cpp loads (default: the one the model was converted from)")
+    decode.add_argument("--prompt-tokens", type=int, default=512)
     decode.add_argument("--new-tokens", type=int, default=128)
     decode.add_argument("--repeats", type=int, default=3)
+    decode.add_argument("--streams", type=int, default=8,
+                        help="concurrent requests for our aggregate decode figure (with llama.cpp)")
+    from .bench.quality import add_arguments as quality_arguments
+
+    quality_arguments(bench_sub.add_parser(
+        "quality", help="KL divergence, top-1 agreement and perplexity vs an fp32 reference (and llama.cpp)"))
     from .bench.serving import add_arguments as serving_arguments
 
     serving_arguments(bench_sub.add_parser(
@@ -175,6 +189,10 @@ def _bench(args: argparse.Namespace) -> int:
         from .bench.drafting import run_drafting_bench
 
         return run_drafting_bench(args)
+    if args.bench == "quality":
+        from .bench.quality import run_quality_bench
+
+        return run_quality_bench(args)
     if args.bench == "serving":
         from .bench.serving import run_serving_bench
 

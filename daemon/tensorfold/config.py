@@ -20,8 +20,9 @@ class EngineConfig:
     model: str | None = None            # spec for checkpoints.resolve_model
     dtype: str = "auto"                 # auto | bfloat16 | float32
     device: str = "auto"                # auto | cpu | cuda
+    weights: str = "auto"               # CPU: auto (a GGUF as stored, else q8_0) | q8_0 | q4_0 | bf16
     context: int | None = None          # served window; None: the checkpoint's limit, within memory
-    threads: int | None = None          # torch CPU threads; None: torch's default
+    threads: int | None = None          # CPU threads; None: the machine's cores
     parallel: int = 0                   # lanes sharing rounds; 0 is auto
     prefill_chunk: int = 256            # prompt rows per prefill round
     background_chunk: int = 64          # prompt rows per round for a background prompt

@@ -163,6 +163,9 @@ async def concurrent(http: httpx.AsyncClient, cases: list[Case], width: int, see
     return results
 
 
+PREEMPT_TOKENS = 256
+
+
 async def preempted(http: httpx.AsyncClient, case: Case) -> tuple[dict[str, Any], bool]:
     """Run `case` as background; once it has decoded a few tokens (the server's
     completion counter moves: a reply that holds its text back, such as a tool
@@ -174,7 +177,7 @@ async def preempted(http: httpx.AsyncClient, case: Case) -> tuple[dict[str, Any]
     body = {**case.body, "priority": "background"}
     task = asyncio.ensure_future(ask(http, body, stream=True))
     while not task.done() and int((await health(http)).get("completion_tokens_total", 0)) < decoded + 3:
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.002)
     fg = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0}
     await asyncio.gather(*(ask(http, fg) for _ in range(lanes)))
     result = await task
@@ -229,9 +232,12 @@ async def run_suite(urls: dict[str, str | None], cases: list[Case], preempt_case
         long_cases = [c for c in cases if c.body["max_tokens"] >= longest // 2 and c.body["ignore_eos"]]
         long_cases = long_cases[:preempt_cases]
         for c in long_cases:
+            # long enough that the foreground work arrives while it decodes, however fast the engine
+            c = Case(c.index, {**c.body, "max_tokens": max(c.body["max_tokens"], PREEMPT_TOKENS)})
+            alone = await ask(http, c.body)
             result, was = await preempted(http, c)
             tallies["background preempted vs solo"].add(
-                c, fresh[c.index]["sha"], result["sha"] if was else None, "" if was else "was not preempted")
+                c, alone["sha"], result["sha"] if was else None, "" if was else "was not preempted")
     return tallies
 
 

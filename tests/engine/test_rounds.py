@@ -111,7 +111,7 @@ def test_background_yields_its_lane_and_replays_exactly(tiny_model, engine):
 
 def test_foreground_waits_before_background_in_the_queue(tiny_model, engine):
     with engine_on(tiny_model, parallel=1) as one_lane:
-        first = make_request(chat_prompt(engine, "first"), rid="a", max_tokens=30, ignore_eos=True)
+        first = make_request(chat_prompt(engine, "first"), rid="a", max_tokens=400, ignore_eos=True)
         bg = make_request(chat_prompt(engine, "bg"), rid="b", max_tokens=5, ignore_eos=True,
                           priority=Priority.BACKGROUND)
         fg = make_request(chat_prompt(engine, "fg"), rid="c", max_tokens=5, ignore_eos=True)
@@ -122,7 +122,10 @@ def test_foreground_waits_before_background_in_the_queue(tiny_model, engine):
             order.append(req.id)
 
         async def scenario():
-            await asyncio.gather(go(first, 0), go(bg, 0.02), go(fg, 0.04))
+            running = asyncio.ensure_future(go(first, 0))
+            while one_lane.health()["completion_tokens_total"] < 1:      # the lane is busy
+                await asyncio.sleep(0.001)
+            await asyncio.gather(go(bg, 0), go(fg, 0.001), running)
 
         asyncio.run(scenario())
     assert order == ["a", "c", "b"]

@@ -1,17 +1,25 @@
-"""`tensorfold bench decode`: single-stream prefill and decode tokens/s.
+"""`tensorfold bench decode`: single-stream prefill and decode tokens/s against another engine.
 
-Runs this engine and Hugging Face transformers' `generate()` on the same
-checkpoint folder, dtype and thread count, in one process, and prints both
-and their ratio.  Greedy decoding with end tokens ignored, so both produce
-exactly --new-tokens tokens; plain decoding on our side ("draft": false) and
-a cold prefix cache for every run, so both do the same work.
+--against transformers (the default): Hugging Face transformers' `generate()`
+on the same checkpoint folder, dtype and thread count.
+--against llama.cpp: llama-cpp-python on the GGUF (--gguf, or the one the
+model was converted from), same thread count and the same prompt token ids;
+runs alternate (ours, theirs, ours, theirs ...) in one process. It also
+prints our --streams aggregate decode tokens/s next to our 1-stream figure,
+our resident memory and the GGUF's size.
+
+Greedy decoding with end tokens ignored, so every engine produces exactly
+--new-tokens tokens; plain decoding on our side ("draft": false) and a cold
+prefix cache for every run, so all do the same work.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import queue
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,36 +46,124 @@ def bench_prompt(tokenizer, n_tokens: int) -> list[int]:
     return ids[:n_tokens]
 
 
-def run_engine(folder: Path, dtype: str, device: str, prompt: list[int], new_tokens: int,
-               repeats: int) -> Rates:
-    from ..engine.client import EngineClient
-    from ..engine.types import Request, SamplingParams
-    from ..config import EngineConfig
+def describe(runner) -> str:
+    """How our runner computes, for the benches' headers."""
+    if hasattr(runner, "describe"):
+        return str(runner.describe())
+    return f"{type(runner).__name__} {str(getattr(runner, 'dtype', '')).removeprefix('torch.')}"
 
-    client = EngineClient(folder, EngineConfig(dtype=dtype, device=device))
-    client.start()
-    prefill, decode = [], []
+
+def our_threads(requested: int | None) -> int:
+    """--threads, else the thread count our CPU engine picks by default."""
+    if requested:
+        return requested
     try:
-        for i in range(repeats + 1):          # the first run warms up
-            done: queue.SimpleQueue = queue.SimpleQueue()
-            client.engine.call(client.engine.cache.clear_idle)
-            req = Request(id=f"bench-{i}", prompt=prompt, max_tokens=new_tokens, ignore_eos=True,
-                          sampling=SamplingParams(temperature=0.0), draft=False)
-            client.engine.submit(req, lambda d: d.finish and done.put(d.finish))
-            fin = done.get()
-            if i:
-                prefill.append(len(prompt) / fin.stats.prefill_seconds)
-                decode.append((new_tokens - 1) / fin.stats.decode_seconds)
+        from ..native.runner import default_threads
+    except ImportError:
+        return torch.get_num_threads()
+    return default_threads()
+
+
+def rss_mib() -> float:
+    """This process's resident memory (VmRSS), MiB; nan where /proc is missing."""
+    try:
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) / 1024 for line in fh if line.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        return float("nan")
+
+
+class OurEngine:
+    """An EngineClient with its thread started; one cold-cache greedy request at a time."""
+
+    def __init__(self, folder: Path, config) -> None:
+        from ..engine.client import EngineClient
+
+        self.client = EngineClient(folder, config)
+        self.client.start()
+
+    def close(self) -> None:
+        self.client.stop()
+
+    def _submit(self, prompts: list[list[int]], new_tokens: int, emit) -> None:
+        from ..engine.types import Request, SamplingParams
+
+        self.client.engine.call(self.client.engine.cache.clear_idle)
+        for i, prompt in enumerate(prompts):
+            req = Request(id=f"bench-{time.monotonic_ns()}-{i}", prompt=prompt, max_tokens=new_tokens,
+                          ignore_eos=True, sampling=SamplingParams(temperature=0.0), draft=False)
+            self.client.engine.submit(req, lambda d, i=i: emit(i, d))
+
+    @staticmethod
+    def _check(fin) -> None:
+        if fin.reason.value != "length":
+            raise RuntimeError(f"a bench request ended with {fin.reason.value}: {fin.error or ''}")
+
+    def one(self, prompt: list[int], new_tokens: int) -> tuple[Rates, list[int]]:
+        done: queue.SimpleQueue = queue.SimpleQueue()
+        tokens: list[int] = []
+
+        def emit(_: int, d) -> None:
+            tokens.extend(d.token_ids)
+            if d.finish:
+                done.put(d.finish)
+
+        self._submit([prompt], new_tokens, emit)
+        fin = done.get()
+        self._check(fin)
+        return Rates(len(prompt) / fin.stats.prefill_seconds,
+                     (new_tokens - 1) / fin.stats.decode_seconds), tokens
+
+    def many(self, prompts: list[list[int]], new_tokens: int) -> float:
+        """Aggregate decode tokens/s while all streams decode: from the last stream's first
+        token to the first stream's last one (the engine decodes them in lockstep)."""
+        done: queue.SimpleQueue = queue.SimpleQueue()
+        times: list[list[float]] = [[] for _ in prompts]
+
+        def emit(i: int, d) -> None:
+            if d.token_ids:
+                times[i].append(time.perf_counter())
+            if d.finish:
+                done.put(d.finish)
+
+        self._submit(prompts, new_tokens, emit)
+        for _ in prompts:
+            self._check(done.get())
+        start, end = max(t[0] for t in times), min(t[-1] for t in times)
+        rounds = sum(start < t <= end for t in min(times, key=lambda t: t[-1]))
+        return len(prompts) * rounds / (end - start) if rounds else float("nan")
+
+
+def run_engine(folder: Path, config, prompt: list[int], new_tokens: int, repeats: int) -> Rates:
+    ours = OurEngine(folder, config)
+    try:
+        runs = [ours.one(prompt, new_tokens)[0] for _ in range(repeats + 1)][1:]   # the first warms up
     finally:
-        client.stop()
-    return Rates(statistics.median(prefill), statistics.median(decode))
+        ours.close()
+    return Rates(statistics.median(r.prefill_tps for r in runs), statistics.median(r.decode_tps for r in runs))
+
+
+def _hf_model(folder: Path):
+    """The folder's model in transformers; a GGUF-backed folder's weights dequantized (as our reference)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        from ..checkpoints.files import gguf_file, iter_weights
+    except ImportError:
+        gguf_file = None
+    if gguf_file is None or gguf_file(folder) is None:
+        return AutoModelForCausalLM.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder))
+    missing, _ = model.load_state_dict(dict(iter_weights(folder)), strict=False)
+    model.tie_weights()
+    if set(missing) - ({"lm_head.weight"} if model.config.tie_word_embeddings else set()):
+        raise ValueError(f"{folder}: weights missing for transformers: {sorted(missing)[:4]}")
+    return model
 
 
 def run_transformers(folder: Path, dtype: torch.dtype, device: torch.device, prompt: list[int],
                      new_tokens: int, repeats: int) -> Rates:
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
+    model = _hf_model(folder).to(dtype=dtype, device=device).eval()
     ids = torch.tensor([prompt], device=device)
 
     def timed(n: int) -> float:
@@ -86,26 +182,92 @@ def run_transformers(folder: Path, dtype: torch.dtype, device: torch.device, pro
     return Rates(statistics.median(prefill), statistics.median(decode))
 
 
+def _table(name: str, ours: Rates, theirs: Rates) -> None:
+    print(f"{'':28}{'prefill tok/s':>16}{'decode tok/s':>16}")
+    print(f"{'tensorfold':28}{ours.prefill_tps:16.1f}{ours.decode_tps:16.1f}")
+    print(f"{name:28}{theirs.prefill_tps:16.1f}{theirs.decode_tps:16.1f}")
+    print(f"{'ratio (ours / ' + name + ')':28}{ours.prefill_tps / theirs.prefill_tps:15.2f}x"
+          f"{ours.decode_tps / theirs.decode_tps:15.2f}x")
+
+
+def against_llamacpp(args: argparse.Namespace, folder: Path, gguf: Path, prompt: list[int],
+                     prompts: list[list[int]]) -> None:
+    from ..cli import engine_config
+    from . import llamacpp
+
+    n_ctx = len(prompt) + args.new_tokens + 16
+    config = dataclasses.replace(engine_config(args), parallel=max(args.streams, 1), decode_share=0.0,
+                                 context=args.context or n_ctx)    # a KV pool for the runs, not all memory
+    ours = OurEngine(folder, config)
+    rss_loaded = rss_mib()
+    threads = our_threads(args.threads)
+    llm = llamacpp.load(gguf, threads, n_ctx)
+    print(f"model {folder.name}  gguf {gguf.name}  engine {describe(ours.client.runner)}  threads {threads}  "
+          f"prompt {len(prompt)} tokens  new {args.new_tokens} tokens  median of {args.repeats}", flush=True)
+    mine, theirs, streams = [], [], []
+    try:
+        for i in range(args.repeats + 1):             # alternating; the first round warms up
+            rates, our_tokens = ours.one(prompt, args.new_tokens)
+            pre_s, dec_s, their_tokens = llamacpp.greedy(llm, prompt, args.new_tokens)
+            many = ours.many(prompts, args.new_tokens)
+            if i:
+                mine.append(rates)
+                theirs.append(Rates(len(prompt) / pre_s, (args.new_tokens - 1) / dec_s))
+                streams.append(many)
+        rss_end = rss_mib()
+    finally:
+        ours.close()
+        llm.close()
+    med = statistics.median
+    ours_r = Rates(med(r.prefill_tps for r in mine), med(r.decode_tps for r in mine))
+    _table("llama.cpp", ours_r, Rates(med(r.prefill_tps for r in theirs), med(r.decode_tps for r in theirs)))
+    agg = med(streams)
+    print(f"tensorfold {len(prompts)} streams: {agg:.1f} tok/s aggregate decode, "
+          f"{agg / ours_r.decode_tps:.2f}x its 1-stream {ours_r.decode_tps:.1f}")
+    same = next((k for k, (a, b) in enumerate(zip(our_tokens, their_tokens)) if a != b),
+                min(len(our_tokens), len(their_tokens)))
+    print(f"greedy tokens equal to llama.cpp's: the first {same} of {args.new_tokens}")
+    print(f"memory: RSS {rss_loaded:.0f} MiB after loading tensorfold, {rss_end:.0f} MiB after the runs "
+          f"(llama.cpp loaded too); GGUF {gguf.stat().st_size / 2**20:.1f} MiB")
+
+
 def run_decode_bench(args: argparse.Namespace) -> int:
     from ..backends.torch.runner import pick_device, pick_dtype
     from ..checkpoints.resolve import resolve_model
     from ..checkpoints.tokenizer import Tokenizer
+    from ..cli import engine_config
+    from . import llamacpp
 
+    against = args.against or ["transformers"]
+    if "llama.cpp" in against:
+        try:
+            llamacpp.import_llama_cpp()
+        except llamacpp.LlamaCppMissing as exc:
+            print(f"tensorfold: bench decode --against llama.cpp: {exc}", file=sys.stderr)
+            return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     folder = resolve_model(args.model)
-    device = pick_device(args.device)
-    dtype = pick_dtype(args.dtype, device)
-    prompt = bench_prompt(Tokenizer(folder), args.prompt_tokens)
-    print(f"model {folder.name}  device {device}  dtype {str(dtype).removeprefix('torch.')}  "
-          f"threads {torch.get_num_threads()}  prompt {len(prompt)} tokens  "
-          f"new {args.new_tokens} tokens  median of {args.repeats}", flush=True)
-    ours = run_engine(folder, str(dtype).removeprefix("torch."), str(device), prompt, args.new_tokens,
-                      args.repeats)
-    theirs = run_transformers(folder, dtype, device, prompt, args.new_tokens, args.repeats)
-    print(f"{'':14}{'prefill tok/s':>16}{'decode tok/s':>16}")
-    print(f"{'tensorfold':14}{ours.prefill_tps:16.1f}{ours.decode_tps:16.1f}")
-    print(f"{'transformers':14}{theirs.prefill_tps:16.1f}{theirs.decode_tps:16.1f}")
-    print(f"{'ratio':14}{ours.prefill_tps / theirs.prefill_tps:15.2f}x"
-          f"{ours.decode_tps / theirs.decode_tps:15.2f}x")
+    tokenizer = Tokenizer(folder)
+    prompt = bench_prompt(tokenizer, args.prompt_tokens)
+    if "llama.cpp" in against:
+        gguf = llamacpp.find_gguf(args.model, folder, args.gguf)
+        if gguf is None or not gguf.is_file():
+            why = f"no GGUF file at {gguf}" if gguf else f"no GGUF file is known for {folder.name}"
+            print(f"tensorfold: bench decode --against llama.cpp: {why}; pass --gguf PATH", file=sys.stderr)
+            return 2
+        # distinct openings, so the streams share no cached prefix
+        prompts = [(tokenizer.encode(f"Log {i + 1}: ") + prompt)[:len(prompt)] for i in range(args.streams)]
+        against_llamacpp(args, folder, gguf, prompt, prompts)
+    if "transformers" in against:
+        device = pick_device(args.device)
+        dtype = pick_dtype(args.dtype, device)
+        print(f"model {folder.name}  device {device}  dtype {str(dtype).removeprefix('torch.')}  "
+              f"threads {torch.get_num_threads()}  prompt {len(prompt)} tokens  "
+              f"new {args.new_tokens} tokens  median of {args.repeats}", flush=True)
+        config = dataclasses.replace(engine_config(args), dtype=str(dtype).removeprefix("torch."),
+                                     device=str(device))
+        ours = run_engine(folder, config, prompt, args.new_tokens, args.repeats)
+        theirs = run_transformers(folder, dtype, device, prompt, args.new_tokens, args.repeats)
+        _table("transformers", ours, theirs)
     return 0

@@ -7,7 +7,7 @@ Public API (imported lazily, so ``import tensorfold.checkpoints`` stays cheap):
 - ``pull_default(progress=True) -> Path``: the built-in SmolLM2-135M-Instruct
 - ``convert_gguf(gguf_path, out_dir, progress=True) -> Path``
 - ``Tokenizer(folder)``: encode / decode / render_chat
-- ``read_config(folder) -> dict``, ``iter_safetensors(folder)``
+- ``read_config(folder) -> dict``, ``iter_weights(folder)``, ``gguf_file(folder)``
 - ``model_cache_dir(create=True) -> Path``
 - ``CheckpointError``, ``TemplateError``
 """
@@ -30,6 +30,8 @@ _EXPORTS = {
     "Tokenizer": "tokenizer",
     "read_config": "files",
     "iter_safetensors": "files",
+    "iter_weights": "files",
+    "gguf_file": "files",
     "model_cache_dir": "paths",
 }
 

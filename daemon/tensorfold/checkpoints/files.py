@@ -1,20 +1,18 @@
-"""Reading (and streaming out) Hugging Face style model folders.
+"""Reading Hugging Face style model folders.
 
-A model folder holds ``config.json`` and either ``model.safetensors`` or
+A model folder holds ``config.json`` and either ``model.safetensors``,
 shards ``model-00001-of-0000N.safetensors`` listed by
-``model.safetensors.index.json``.
+``model.safetensors.index.json``, or (made from a GGUF) ``model.gguf``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import struct
-from collections.abc import Iterable, Iterator, Sequence
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 if TYPE_CHECKING:
     import torch
@@ -24,14 +22,9 @@ from .errors import CheckpointError
 log = logging.getLogger(__name__)
 
 SINGLE_FILE = "model.safetensors"
+GGUF_FILE = "model.gguf"
 INDEX_FILE = "model.safetensors.index.json"
 
-_NP_TO_ST = {
-    np.dtype(np.float32): "F32",
-    np.dtype(np.float16): "F16",
-    np.dtype(np.int32): "I32",
-    np.dtype(np.int64): "I64",
-}
 
 
 def read_config(folder: str | Path) -> dict[str, Any]:
@@ -86,43 +79,27 @@ def iter_safetensors(folder: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
                 yield name, fh.get_tensor(name)
 
 
-def write_safetensors_stream(
-    path: str | Path,
-    layout: Sequence[tuple[str, tuple[int, ...], np.dtype]],
-    arrays: Iterable[np.ndarray],
-    metadata: dict[str, str] | None = None,
-) -> None:
-    """Write a safetensors file whose tensors arrive one at a time.
+def gguf_file(folder: str | Path) -> Path | None:
+    """The GGUF whose weights a converted folder serves (``model.gguf``), or None for a safetensors folder."""
+    path = Path(folder) / GGUF_FILE
+    if not path.is_symlink() and not path.exists():
+        return None
+    if not path.exists():
+        raise CheckpointError(f"{folder} was made from {os.readlink(path)}, which is gone; "
+                              "pass the GGUF file again with --model")
+    return path.resolve()
 
-    ``layout`` names every tensor with its shape and dtype up front (the
-    header comes first in the file); ``arrays`` then yields the tensors in
-    that same order. Only one tensor is in memory at a time.
-    """
-    header: dict[str, Any] = {"__metadata__": {"format": "pt", **(metadata or {})}}
-    offset = 0
-    for name, shape, dtype in layout:
-        dtype = np.dtype(dtype)
-        if dtype not in _NP_TO_ST:
-            raise ValueError(f"unsupported dtype {dtype} for {name}")
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        header[name] = {
-            "dtype": _NP_TO_ST[dtype],
-            "shape": list(shape),
-            "data_offsets": [offset, offset + nbytes],
-        }
-        offset += nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(raw)))
-        fh.write(raw)
-        count = 0
-        for (name, shape, dtype), array in zip(layout, arrays, strict=True):
-            if tuple(array.shape) != tuple(shape) or array.dtype != np.dtype(dtype):
-                raise ValueError(
-                    f"{name}: got {array.dtype}{tuple(array.shape)}, expected {np.dtype(dtype)}{tuple(shape)}"
-                )
-            little = np.ascontiguousarray(array, dtype=np.dtype(dtype).newbyteorder("<"))
-            fh.write(little.reshape(-1).view(np.uint8).data)
-            count += 1
-    log.debug("wrote %d tensors (%d bytes) to %s", count, offset, path)
+
+def iter_weights(folder: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every weight of a model folder as a float tensor (a GGUF's dequantized to float32)."""
+    import numpy as np
+    import torch
+
+    source = gguf_file(folder)
+    if source is None:
+        yield from iter_safetensors(folder)
+        return
+    from .gguf_convert import dequantized_weights
+
+    for name, array in dequantized_weights(source):
+        yield name, torch.from_numpy(np.require(array, requirements="W"))

@@ -1,8 +1,10 @@
-"""Convert a GGUF file (llama.cpp's format) into a Hugging Face style folder.
+"""Turn a GGUF file (llama.cpp's format) into a Hugging Face style folder.
 
 The output folder holds ``config.json``, ``generation_config.json``,
-``model.safetensors`` (float32, Hugging Face tensor names and orientation),
-``tokenizer.json``, ``tokenizer_config.json`` and ``chat_template.jinja``.
+``tokenizer.json``, ``tokenizer_config.json``, ``chat_template.jinja`` and
+``model.gguf``: the GGUF itself (a symbolic link to the user's file, or the
+file moved in), whose weights load as they are stored, in their own
+quantized formats (``iter_gguf_weights``), never as a float32 copy.
 
 Notes on the format, checked against transformers' own GGUF loader:
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from .errors import CheckpointError
-from .files import SINGLE_FILE, write_safetensors_stream
+from .files import GGUF_FILE
 
 log = logging.getLogger(__name__)
 
@@ -227,15 +230,54 @@ def _dequantized(tensor: Any) -> np.ndarray:
     return np.asarray(data, dtype=np.float32).reshape(shape)
 
 
-def convert_gguf(gguf_path: str | Path, out_dir: str | Path, progress: bool = True) -> Path:
+def iter_gguf_weights(gguf_path: str | Path) -> Iterator[tuple[str, Any, np.ndarray, tuple[int, ...]]]:
+    """Yield ``(hf_name, ggml_type, data, shape)`` for every weight of the GGUF, as stored.
+
+    ``data`` is what ``gguf.GGUFReader`` maps: raw ggml blocks (uint8, one row
+    of blocks per output row) for quantized types, floats otherwise; ``shape``
+    is the torch shape.  llama's q/k rows are put back in Hugging Face order
+    (rows are independent, so this works on raw blocks too)."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(gguf_path))
+    arch = str(read_metadata(reader).get("general.architecture", ""))
+    meta = read_metadata(reader)
+    for tensor in reader.tensors:
+        name = hf_tensor_name(tensor.name)
+        if name is None:
+            continue
+        shape = tuple(int(d) for d in reversed(tensor.shape))
+        data = tensor.data
+        if arch == "llama" and (".attn_q." in tensor.name or ".attn_k." in tensor.name):
+            key = "attention.head_count" if ".attn_q." in tensor.name else "attention.head_count_kv"
+            n_head = int(meta.get(f"{arch}.{key}") or meta[f"{arch}.attention.head_count"])
+            data = unpermute_rotary(np.asarray(data), n_head)
+        yield name, tensor.tensor_type, data, shape
+
+
+def dequantized_weights(gguf_path: str | Path) -> Iterator[tuple[str, np.ndarray]]:
+    """The GGUF's weights as float32 arrays in torch orientation (the fp32 reference, and CUDA)."""
+    from gguf.quants import dequantize
+
+    for name, qtype, data, shape in iter_gguf_weights(gguf_path):
+        try:
+            array = dequantize(np.asarray(data), qtype)
+        except NotImplementedError:
+            kind = getattr(qtype, "name", qtype)
+            raise CheckpointError(f"GGUF tensor {name} is stored as {kind}, which this gguf package cannot "
+                                  "dequantize") from None
+        yield name, np.asarray(array, dtype=np.float32).reshape(shape)
+
+
+def convert_gguf(gguf_path: str | Path, out_dir: str | Path, progress: bool = True, move: bool = False) -> Path:
     """Write a Hugging Face style folder for ``gguf_path`` into ``out_dir`` and return it.
 
-    ``out_dir`` is created if needed; files in it are overwritten. Callers
-    that want the result to appear atomically build into a temporary folder
-    (see ``store.build_atomically``).
+    ``model.gguf`` in it links to ``gguf_path`` (or is the file itself, moved
+    in, when ``move``).  ``out_dir`` is created if needed; callers that want
+    the result to appear atomically build into a temporary folder (see
+    ``store.build_atomically``).
     """
     from gguf import GGUFReader
-    from tqdm.auto import tqdm
 
     from .gguf_tokenizer import export_tokenizer
 
@@ -249,30 +291,21 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, progress: bool = Tr
     shapes = {name: tuple(int(d) for d in reversed(t.shape)) for name, t in tensors.items()}
     rope_freqs = _dequantized(tensors["rope_freqs.weight"]) if "rope_freqs.weight" in tensors else None
     config = build_config(meta, shapes, rope_freqs)
-    arch = config["model_type"]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    log.info("converting %s (%s, %d tensors) into %s", gguf_path.name, arch, len(tensors), out_dir)
-
-    plan = [(name, hf) for name in tensors if (hf := hf_tensor_name(name)) is not None]
-    names = {hf for _, hf in plan}
+    names = {hf for name in tensors if (hf := hf_tensor_name(name)) is not None}
     for required in ("model.embed_tokens.weight", "model.norm.weight", "model.layers.0.self_attn.q_proj.weight"):
         if required not in names:
             raise CheckpointError(f"GGUF lacks the tensor for {required}; the file is incomplete")
-    layout = [(hf, shapes[name], np.dtype(np.float32)) for name, hf in plan]
-
-    def produce() -> Iterator[np.ndarray]:
-        bar = tqdm(plan, desc=f"converting {gguf_path.name}", unit="tensor", disable=not progress)
-        for name, _hf in bar:
-            array = _dequantized(tensors[name])
-            if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
-                n_head = config["num_attention_heads"] if ".attn_q." in name else config["num_key_value_heads"]
-                array = unpermute_rotary(array, n_head)
-            yield array
-
-    write_safetensors_stream(out_dir / SINGLE_FILE, layout, produce(), {"source": gguf_path.name})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log.info("reading %s (%s, %d tensors) into %s", gguf_path.name, config["model_type"], len(tensors), out_dir)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     (out_dir / "generation_config.json").write_text(
         json.dumps(generation_config(meta), indent=2) + "\n", encoding="utf-8"
     )
     export_tokenizer(gguf_path, out_dir, meta)
+    del reader, tensors
+    target = out_dir / GGUF_FILE
+    if move:
+        os.replace(gguf_path, target)
+    else:
+        os.symlink(gguf_path.resolve(), target)
     return out_dir

@@ -23,7 +23,7 @@ from .errors import CheckpointError
 log = logging.getLogger(__name__)
 
 MARKER = ".tensorfold.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2     # 2: GGUF weights stay in model.gguf, as stored
 _PARTIAL_PREFIX = ".partial-"
 _STALE_AFTER_S = 6 * 3600
 
@@ -33,7 +33,7 @@ def is_complete(folder: Path) -> bool:
     return (
         read_marker(folder).get("format") == FORMAT_VERSION
         and (folder / "config.json").is_file()
-        and any(folder.glob("*.safetensors"))
+        and (any(folder.glob("*.safetensors")) or (folder / "model.gguf").exists())
     )
 
 

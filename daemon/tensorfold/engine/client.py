@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..backends.torch.runner import TorchRunner
+from ..backends.torch.runner import TorchRunner, UnsupportedModel, pick_device
 from ..checkpoints.errors import CheckpointError
 from ..checkpoints.resolve import resolve_model
 from ..checkpoints.tokenizer import Tokenizer
@@ -30,6 +30,20 @@ from .types import Delta, Request
 log = logging.getLogger(__name__)
 
 
+def make_runner(folder: Path, config: EngineConfig) -> Any:
+    """The CPU runs the native kernels (weights kept quantized); CUDA runs torch."""
+    if pick_device(config.device).type == "cpu":
+        if config.dtype not in ("auto", "float32"):
+            raise UnsupportedModel(f"--dtype {config.dtype} applies to CUDA; the CPU engine computes in float32 "
+                                   "and --weights picks how weights are stored")
+        from ..native.runner import NativeRunner
+
+        return NativeRunner(folder, weights=config.weights, threads=config.threads)
+    if config.weights != "auto":
+        raise UnsupportedModel("--weights applies to the CPU engine; CUDA runs --dtype")
+    return TorchRunner(folder, dtype=config.dtype, device=config.device)
+
+
 class EngineClient:
     def __init__(self, folder: Path, config: EngineConfig) -> None:
         if config.threads:
@@ -39,7 +53,7 @@ class EngineClient:
         self.tokenizer = Tokenizer(folder)
         if config.chat_template:
             self.tokenizer.hf.chat_template = config.chat_template
-        self.runner = TorchRunner(folder, dtype=config.dtype, device=config.device)
+        self.runner = make_runner(folder, config)
         lanes = config.parallel or AUTO_LANES
         budget = int(config.kv_memory * GiB) if config.kv_memory else self.runner.free_memory()
         plan = plan_kv(self.runner.kv_bytes_per_token(), self.runner.max_positions, config.context,
@@ -62,7 +76,7 @@ class EngineClient:
                 tokenizer.eos_token_ids != self.tokenizer.eos_token_ids:
             raise CheckpointError(f"--draft-model {folder.name} does not use the tokenizer of "
                                   f"{self.model_name}; a draft model must share its target's tokenizer")
-        runner = TorchRunner(folder, dtype=config.dtype, device=config.device)
+        runner = make_runner(folder, config)
         log.info("drafting with %s", folder.name)
         return DraftModelDrafter(runner, plan.num_blocks, plan.block_size, config.prefill_chunk)
 
@@ -82,7 +96,7 @@ class EngineClient:
 
     def health(self) -> dict[str, int | float | bool | str]:
         return {**self.engine.counters.snapshot(), "drafter": self.drafter.name,
-                "engine": f"torch {self.runner.device.type} {str(self.runner.dtype).removeprefix('torch.')}",
+                "engine": self.runner.describe(),
                 "parallel": self.lanes}
 
     async def generate(self, request: Request) -> AsyncIterator[Delta]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ...checkpoints.files import iter_safetensors, read_config
+from ...checkpoints.files import iter_weights, read_config
 from ...engine.capacity import host_budget
 from .kv import KVPool, Segment
 from .models import FAMILIES
@@ -46,11 +46,14 @@ class TorchRunner:
         self.device = pick_device(device)
         self.dtype = pick_dtype(dtype, self.device)
         self.args = family.ModelArgs.from_config(config)
-        self.model = family.Model(self.args, iter_safetensors(folder), self.dtype, self.device)
+        self.model = family.Model(self.args, iter_weights(folder), self.dtype, self.device)
         self.vocab_size = self.args.vocab_size
         self.max_positions = self.args.max_positions
         log.info("loaded %s (%s, %d layers) on %s in %s", folder.name, arch, self.args.layers,
                  self.device, str(self.dtype).removeprefix("torch."))
+
+    def describe(self) -> str:
+        return f"torch {self.device.type} {str(self.dtype).removeprefix('torch.')}"
 
     def kv_bytes_per_token(self) -> int:
         """Bytes of keys and values one position takes across all layers."""

@@ -1,0 +1,23 @@
+#ifndef TF_DOT_H
+#define TF_DOT_H
+
+#include "tf_kernels.h"
+
+/* Quantized activations of `rows` rows of k inputs (k a multiple of 32). */
+typedef struct {
+    int32_t rows, k;
+    int8_t *q;            /* rows * k */
+    float *s;             /* rows * k/32 */
+    int32_t *sum;         /* rows * k/32 */
+} tf_acts;
+
+void tf_quantize_row(const float *x, int k, int8_t *q, float *s, int32_t *sum);
+/* y[r, n] (row stride ldy) = dot of row r with output n, for n in [n0, n1); no bias.
+ * Quantized formats read `a`; TF_BF16 reads the fp32 rows `x`. */
+void tf_dot_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, const float *x, float *y, int ldy);
+void tf_dequant_row(const tf_weight *w, int n, float *out);
+int tf_isa(void);
+int tf_best_isa(void);
+int tf_set_isa(int want);
+
+#endif

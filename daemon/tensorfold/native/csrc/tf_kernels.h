@@ -1,0 +1,52 @@
+/* TensorFold's CPU kernels: every output element is computed by one routine
+ * whose reduction order is fixed in software, so a row's bits never depend on
+ * the rows beside it, the batch size, the thread count or the instruction set.
+ *
+ * The definitions (what every ISA path must reproduce bit for bit):
+ *   lanes8     an fp32 reduction over n (a multiple of 8) is acc[i % 8] += term,
+ *              sequentially, then tree8: ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)).
+ *   act quant  per row, per block of 32: d = amax/127, q = rne(x * (1/d)) (0 if
+ *              amax is 0), sum = sum of q.
+ *   int8 dot   per block b: p[l] = sum of the 4 products of elements 4l..4l+3
+ *              (exact int32); acc[l] = fma(p[l], xs_b * wd_b(l), acc[l]);
+ *              with a min term mac = fma(sum_b, xs_b * wm_b, mac);
+ *              result = tree8(acc) + mac (+ bias).
+ */
+#ifndef TF_KERNELS_H
+#define TF_KERNELS_H
+
+#include <stdint.h>
+
+enum { TF_Q4A = 1, TF_Q8 = 2, TF_BF16 = 3 };
+enum { TF_TWO_SCALES = 1, TF_HAS_MIN = 2 };
+
+typedef struct {
+    int32_t fmt;          /* TF_Q4A, TF_Q8, TF_BF16 */
+    int32_t flags;        /* TF_Q8: TF_TWO_SCALES (one scale per 16), TF_HAS_MIN */
+    int32_t n;            /* outputs */
+    int32_t k;            /* inputs (a multiple of 32) */
+    const uint8_t *q;     /* Q4A: n*k/2 nibble bytes; Q8: n*k int8; BF16: n*k uint16 */
+    const float *s;       /* per output, per block of 32: Q4A (d, m); Q8 (d0[, d1][, m]) */
+    const float *bias;    /* n floats or NULL */
+} tf_weight;
+
+/* q, k, v (and gate, up) run as one call: their outputs side by side, each
+ * part in its own format (a Q4_K_M file mixes Q4_K and Q6_K in one layer). */
+typedef struct {
+    tf_weight q, k, v, o, gate, up, down;
+    const float *attn_norm, *mlp_norm;
+    const float *q_norm, *k_norm;       /* per-head norms (Qwen3) or NULL */
+} tf_layer;
+
+typedef struct {
+    int32_t layers, hidden, heads, kv_heads, head_dim, ffn, vocab, max_pos, block_size;
+    float eps;
+    const tf_layer *layer;
+    tf_weight embed, head;
+    const float *norm;
+    const float *cos, *sin;             /* [max_pos, head_dim], rotate-half layout */
+    uint16_t *kv;                       /* fp16; block b, layer l: k then v, [kv_heads, B, head_dim] */
+    int64_t block_stride;               /* uint16 elements per block (all layers, k and v) */
+} tf_model;
+
+#endif

@@ -1,0 +1,249 @@
+/* The Llama-family forward (Llama, SmolLM2, Qwen2/2.5, Qwen3) over the paged
+ * fp16 KV cache: a dozen steps per layer, each split among the pool's threads
+ * by output (rows, columns or (row, kv head) pairs), never by reduction. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tf_dot.h"
+#include "tf_kernels.h"
+#include "tf_ops.h"
+#include "tf_pool.h"
+
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+
+static void split(int64_t n, int ith, int nth, int64_t *a, int64_t *b) {
+    *a = n * ith / nth;
+    *b = n * (ith + 1) / nth;
+}
+
+/* ---------------------------------------------------------------- linear */
+
+typedef struct {
+    const tf_weight *const *parts;   /* outputs side by side; all parts read the same k inputs */
+    int nparts, n, k;
+    const float *x;
+    tf_acts a;
+    float *tmp, *y;
+    int ldy, accum;
+} lin_job;
+
+static void quant_job(void *p, int ith, int nth) {
+    lin_job *j = p;
+    int64_t r0, r1, nb = j->k / 32;
+    split(j->a.rows, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++)
+        tf_quantize_row(j->x + r * j->k, j->k, j->a.q + r * j->k, j->a.s + r * nb, j->a.sum + r * nb);
+}
+
+static void dot_job(void *p, int ith, int nth) {
+    lin_job *j = p;
+    /* outputs in groups of 8, so neighbouring threads never share a cache line of y */
+    int64_t g0, g1, groups = (j->n + 7) / 8;
+    split(groups, ith, nth, &g0, &g1);
+    int n0 = (int)(g0 * 8), n1 = (int)(g1 * 8 > j->n ? j->n : g1 * 8);
+    if (n0 >= n1) return;
+    int base = 0;
+    for (int i = 0; i < j->nparts; i++) {
+        const tf_weight *w = j->parts[i];
+        int a = n0 > base ? n0 - base : 0, b = n1 - base < w->n ? n1 - base : w->n;
+        if (a < b) {
+            tf_dot_rows(w, a, b, &j->a, j->x, j->tmp + base, j->n);
+            for (int64_t r = 0; r < j->a.rows; r++) {
+                const float *t = j->tmp + r * j->n + base;
+                float *y = j->y + r * j->ldy + base;
+                for (int n = a; n < b; n++) {
+                    float v = t[n];
+                    if (w->bias) v = v + w->bias[n];
+                    y[n] = j->accum ? y[n] + v : v;
+                }
+            }
+        }
+        base += w->n;
+    }
+}
+
+typedef struct {
+    int8_t *q;
+    float *s;
+    int32_t *sum;
+    float *tmp;
+} lin_scratch;
+
+/* y[r, :n] (stride ldy) = x[r] @ [parts]^T + bias, or += when accum. */
+static void linear(const tf_weight *const *parts, int nparts, const float *x, int rows, float *y, int ldy,
+                   int accum, lin_scratch *sc) {
+    int n = 0, quant = 0;
+    for (int i = 0; i < nparts; i++) {
+        n += parts[i]->n;
+        quant |= parts[i]->fmt != TF_BF16;
+    }
+    int k = parts[0]->k;
+    lin_job j = {parts, nparts, n, k, x, {rows, k, sc->q, sc->s, sc->sum}, sc->tmp, y, ldy, accum};
+    if (quant) {
+        if ((int64_t)rows * k >= 65536) tf_pool_run(quant_job, &j);
+        else quant_job(&j, 0, 1);
+    }
+    tf_pool_run(dot_job, &j);
+}
+
+/* room for `rows` rows of k inputs, and `outs` output values */
+static int alloc_scratch(lin_scratch *sc, int64_t rows, int64_t k, int64_t outs) {
+    sc->q = malloc((size_t)(rows * k));
+    sc->s = malloc(sizeof(float) * (size_t)(rows * (k / 32)));
+    sc->sum = malloc(sizeof(int32_t) * (size_t)(rows * (k / 32)));
+    sc->tmp = malloc(sizeof(float) * (size_t)outs);
+    return sc->q && sc->s && sc->sum && sc->tmp;
+}
+
+static void free_scratch(lin_scratch *sc) {
+    free(sc->q); free(sc->s); free(sc->sum); free(sc->tmp);
+}
+
+int tf_linear(const tf_weight *w, const float *x, int rows, float *y) {
+    lin_scratch sc;
+    int ok = alloc_scratch(&sc, rows, w->k, (int64_t)rows * w->n);
+    if (ok) linear(&w, 1, x, rows, y, w->n, 0, &sc);
+    free_scratch(&sc);
+    return ok ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------- per-row steps */
+
+typedef struct {
+    const tf_model *m;
+    const tf_layer *L;
+    int layer, rows;
+    const int32_t *tokens, *pos, *tab_off, *tables, *out_rows;
+    float *x, *h, *qkv, *att, *gu, *act;
+    tf_attn at;
+    int step;
+} fwd;
+
+enum { S_EMBED, S_ATTN_NORM, S_QK, S_MLP_NORM, S_SILU, S_FINAL_NORM };
+
+static void row_step(fwd *f, int64_t r) {
+    const tf_model *m = f->m;
+    int E = m->hidden, D = m->head_dim, H = m->heads, KV = m->kv_heads, F = m->ffn;
+    int QKV = (H + 2 * KV) * D;
+    switch (f->step) {
+    case S_EMBED:
+        tf_dequant_row(&m->embed, f->tokens[r], f->x + r * E);
+        break;
+    case S_ATTN_NORM:
+        tf_rms_norm(f->x + r * E, f->L->attn_norm, m->eps, E, f->h + r * E);
+        break;
+    case S_MLP_NORM:
+        tf_rms_norm(f->x + r * E, f->L->mlp_norm, m->eps, E, f->h + r * E);
+        break;
+    case S_FINAL_NORM:
+        tf_rms_norm(f->x + (int64_t)f->out_rows[r] * E, m->norm, m->eps, E, f->h + r * E);
+        break;
+    case S_SILU:
+        tf_silu_mul(f->gu + r * 2 * F, f->gu + r * 2 * F + F, f->act + r * F, F);
+        break;
+    case S_QK: {
+        float *q = f->qkv + r * QKV, *k = q + H * D, *v = k + KV * D;
+        int p = f->pos[r];
+        const float *c = m->cos + (int64_t)p * D, *s = m->sin + (int64_t)p * D;
+        float scale = (float)(1.0 / sqrt((double)D));
+        for (int hh = 0; hh < H + KV; hh++) {
+            float *x = q + hh * D;                  /* q heads, then k heads */
+            if (f->L->q_norm) tf_rms_norm(x, hh < H ? f->L->q_norm : f->L->k_norm, m->eps, D, x);
+            tf_rope(x, c, s, D);
+            if (hh < H)
+                for (int i = 0; i < D; i++) x[i] = x[i] * scale;
+        }
+        int B = m->block_size;
+        uint16_t *blk = m->kv + (int64_t)f->tables[f->tab_off[r] + p / B] * m->block_stride
+                        + (int64_t)f->layer * 2 * KV * B * D;
+        for (int hh = 0; hh < KV; hh++) {
+            uint16_t *kd = blk + ((int64_t)hh * B + p % B) * D, *vd = kd + (int64_t)KV * B * D;
+            for (int i = 0; i < D; i++) {
+                kd[i] = tf_f2h(k[hh * D + i]);
+                vd[i] = tf_f2h(v[hh * D + i]);
+            }
+        }
+        break;
+    }
+    }
+}
+
+static void rows_job(void *p, int ith, int nth) {
+    fwd *f = p;
+    int64_t r0, r1;
+    split(f->rows, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) row_step(f, r);
+}
+
+static void run_rows(fwd *f, int step, int rows) {
+    f->step = step;
+    f->rows = rows;
+    if (rows <= 1) { if (rows == 1) row_step(f, 0); }
+    else tf_pool_run(rows_job, f);
+}
+
+static void attn_job(void *p, int ith, int nth) {
+    fwd *f = p;
+    const tf_attn *t = &f->at;
+    int64_t a, b, n = (int64_t)t->rows * t->kv_heads;
+    split(n, ith, nth, &a, &b);
+    if (a >= b) return;
+    int maxpos = 0;
+    for (int64_t i = a; i < b; i++) maxpos = MAX(maxpos, t->pos[i / t->kv_heads]);
+    int G = t->heads / t->kv_heads;
+    float *scratch = malloc(sizeof(float) * ((size_t)G * (maxpos + 1) + (size_t)(G + 1) * t->head_dim));
+    if (!scratch) abort();
+    for (int64_t i = a; i < b; i++) tf_attend(t, (int)(i / t->kv_heads), (int)(i % t->kv_heads), scratch);
+    free(scratch);
+}
+
+/* ---------------------------------------------------------------- forward */
+
+int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t *pos, const int32_t *tab_off,
+               const int32_t *tables, const int32_t *out_rows, int n_out, float *logits) {
+    int E = m->hidden, D = m->head_dim, H = m->heads, KV = m->kv_heads, F = m->ffn;
+    int QKV = (H + 2 * KV) * D;
+    int64_t R = MAX(rows, n_out);
+    int maxk = MAX(MAX(E, H * D), F);
+    int64_t outs = MAX(rows * (int64_t)MAX(QKV, 2 * F), n_out * (int64_t)m->vocab);
+    fwd f = {m, 0, 0, rows, tokens, pos, tab_off, tables, out_rows};
+    f.x = malloc(sizeof(float) * R * E);
+    f.h = malloc(sizeof(float) * R * MAX(E, H * D));
+    f.qkv = malloc(sizeof(float) * R * QKV);
+    f.att = malloc(sizeof(float) * R * H * D);
+    f.gu = malloc(sizeof(float) * R * 2 * F);
+    f.act = malloc(sizeof(float) * R * F);
+    lin_scratch sc;
+    int ok = alloc_scratch(&sc, R, maxk, outs) && f.x && f.h && f.qkv && f.att && f.gu && f.act;
+    if (ok) {
+        run_rows(&f, S_EMBED, rows);
+        for (int l = 0; l < m->layers; l++) {
+            const tf_layer *L = &m->layer[l];
+            f.L = L;
+            f.layer = l;
+            run_rows(&f, S_ATTN_NORM, rows);
+            const tf_weight *qkv[3] = {&L->q, &L->k, &L->v}, *o = &L->o, *gu[2] = {&L->gate, &L->up};
+            const tf_weight *down = &L->down;
+            linear(qkv, 3, f.h, rows, f.qkv, QKV, 0, &sc);
+            run_rows(&f, S_QK, rows);
+            int B = m->block_size;
+            tf_attn at = {f.qkv, f.att, rows, H, KV, D, B, QKV, H * D, pos, tab_off, tables,
+                          m->kv + (int64_t)l * 2 * KV * B * D, m->kv + (int64_t)l * 2 * KV * B * D + (int64_t)KV * B * D,
+                          m->block_stride};
+            f.at = at;
+            tf_pool_run(attn_job, &f);
+            linear(&o, 1, f.att, rows, f.x, E, 1, &sc);
+            run_rows(&f, S_MLP_NORM, rows);
+            linear(gu, 2, f.h, rows, f.gu, 2 * F, 0, &sc);
+            run_rows(&f, S_SILU, rows);
+            linear(&down, 1, f.act, rows, f.x, E, 1, &sc);
+        }
+        const tf_weight *head = &m->head;
+        run_rows(&f, S_FINAL_NORM, n_out);
+        linear(&head, 1, f.h, n_out, logits, m->vocab, 0, &sc);
+    }
+    free(f.x); free(f.h); free(f.qkv); free(f.att); free(f.gu); free(f.act);
+    free_scratch(&sc);
+    return ok ? 0 : -1;
+}

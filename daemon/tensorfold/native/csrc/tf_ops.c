@@ -1,0 +1,190 @@
+/* The elementwise and per-row operations: exp, SiLU-mul, RMSNorm, rope,
+ * fp16 conversion and paged attention.  Plain C compiled without contraction
+ * (-ffp-contract=off): every reduction is written with explicit lanes
+ * (tree8), so the compiler may vectorize lanes but never reorders a sum. */
+#include "tf_ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TF_X86 1
+#endif
+
+static inline float tree8(const float *a) {
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* ---------------------------------------------------------------- exp, silu */
+
+#define LOG2E 1.4426950408889634f
+#define LN2_HI 0.693359375f
+#define LN2_LO -2.12194440e-4f
+#define Q0 0.49999988079071045f
+#define Q1 0.166665181517601f
+#define Q2 0.041669536381959915f
+#define Q3 0.008368941955268383f
+#define Q4 0.001375131425447762f
+
+/* exp from correctly rounded +,-,* only (no fma): within 1 ulp on [-87, 88];
+ * inputs clamp to [-88, 88] and exp(-88) is exactly +0. */
+float tf_exp(float x) {
+    if (x != x) return x;
+    x = x < -88.0f ? -88.0f : (x > 88.0f ? 88.0f : x);
+    float n = (x * LOG2E + 12582912.0f) - 12582912.0f;
+    float r = x - n * LN2_HI;
+    r = r - n * LN2_LO;
+    float p = r * Q4;
+    p = p + Q3; p = p * r;
+    p = p + Q2; p = p * r;
+    p = p + Q1; p = p * r;
+    p = p + Q0;
+    p = p * (r * r);
+    p = p + r;
+    p = p + 1.0f;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    return p * scale;
+}
+
+void tf_silu_mul(const float *g, const float *u, float *out, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float e = tf_exp(-g[i]) + 1.0f;
+        out[i] = (g[i] / e) * u[i];
+    }
+}
+
+/* ---------------------------------------------------------------- norm, rope */
+
+void tf_rms_norm(const float *x, const float *w, float eps, int k, float *out) {
+    float acc[8] = {0};
+    for (int i = 0; i < k; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] = acc[l] + x[i + l] * x[i + l];
+    float r = 1.0f / sqrtf(tree8(acc) / (float)k + eps);
+    for (int i = 0; i < k; i++) out[i] = (x[i] * r) * w[i];
+}
+
+void tf_rope(float *x, const float *c, const float *s, int d) {
+    int h = d / 2;
+    for (int i = 0; i < h; i++) {
+        float a = x[i], b = x[i + h];
+        x[i] = a * c[i] - b * s[i];
+        x[i + h] = b * c[i + h] + a * s[i + h];
+    }
+}
+
+/* ---------------------------------------------------------------- fp16 */
+
+uint16_t tf_f2h(float f) {          /* IEEE round to nearest even */
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, ax = x & 0x7fffffff;
+    if (ax >= 0x7f800000) return (uint16_t)(sign | (ax > 0x7f800000 ? 0x7e00 : 0x7c00));
+    if (ax >= 0x477ff000) return (uint16_t)(sign | 0x7c00);            /* rounds to >= 65520: inf */
+    if (ax < 0x38800000) {                                             /* subnormal or zero in fp16 */
+        if (ax < 0x33000000) return (uint16_t)sign;                    /* < 2^-25: rounds to 0 */
+        uint32_t m = (ax & 0x7fffff) | 0x800000;
+        /* value = m * 2^(e-150), in units of 2^-24: m >> (126 - e) */
+        int shift = 126 - (int)(ax >> 23);
+        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1);
+        uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1))) q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t e = (ax >> 23) - 112, m = ax & 0x7fffff;
+    uint32_t h = (e << 10) | (m >> 13), rem = m & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+float tf_h2f(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 31, m = h & 0x3ff, x;
+    if (e == 31) x = sign | 0x7f800000 | (m << 13);
+    else if (e) x = sign | ((e + 112) << 23) | (m << 13);
+    else if (!m) x = sign;
+    else {
+        int s = 0;
+        while (!(m & 0x400)) { m <<= 1; s++; }
+        x = sign | ((uint32_t)(113 - s) << 23) | ((m & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+static void h2f_soft(const uint16_t *h, float *f, int n) {
+    for (int i = 0; i < n; i++) f[i] = tf_h2f(h[i]);
+}
+
+#ifdef TF_X86
+__attribute__((target("avx2,f16c"))) static void h2f_f16c(const uint16_t *h, float *f, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(f + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < n; i++) f[i] = tf_h2f(h[i]);
+}
+#endif
+
+static void (*h2f_row)(const uint16_t *, float *, int) = 0;
+
+void tf_h2f_row(const uint16_t *h, float *f, int n) {
+    if (!h2f_row) {
+        h2f_row = h2f_soft;
+#ifdef TF_X86
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) h2f_row = h2f_f16c;
+#endif
+    }
+    h2f_row(h, f, n);
+}
+
+void tf_set_soft_h2f(int soft) {
+    h2f_row = soft ? h2f_soft : 0;
+}
+
+/* ---------------------------------------------------------------- attention */
+
+/* One query row and one kv head: the G query heads that share it.
+ * q [G * d] (scaled), out [G * d].  Keys 0..pos of the row's sequence. */
+void tf_attend(const tf_attn *t, int row, int kvh, float *scratch) {
+    int d = t->head_dim, G = t->heads / t->kv_heads, B = t->block_size, pos = t->pos[row];
+    int L = pos + 1;
+    const int32_t *table = t->tables + t->tab_off[row];
+    float *s = scratch;                  /* [G, L] */
+    float *kb = s + (int64_t)G * L;      /* [d] */
+    float *o = kb + d;                   /* [G, d] */
+    const float *q = t->q + (int64_t)row * t->q_stride + kvh * G * d;
+    for (int j = 0; j < L; j++) {
+        const uint16_t *kj = t->k + (int64_t)table[j / B] * t->block_stride + ((int64_t)kvh * B + j % B) * d;
+        tf_h2f_row(kj, kb, d);
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + g * d;
+            float acc[8] = {0};
+            for (int i = 0; i < d; i += 8)
+                for (int l = 0; l < 8; l++) acc[l] = acc[l] + qg[i + l] * kb[i + l];
+            s[(int64_t)g * L + j] = tree8(acc);
+        }
+    }
+    float den[64];
+    for (int g = 0; g < G; g++) {
+        float *sg = s + (int64_t)g * L, mx = sg[0];
+        for (int j = 1; j < L; j++) mx = sg[j] > mx ? sg[j] : mx;
+        float sum = 0.0f;
+        for (int j = 0; j < L; j++) { sg[j] = tf_exp(sg[j] - mx); sum = sum + sg[j]; }
+        den[g] = sum;
+    }
+    memset(o, 0, sizeof(float) * G * d);
+    for (int j = 0; j < L; j++) {
+        const uint16_t *vj = t->v + (int64_t)table[j / B] * t->block_stride + ((int64_t)kvh * B + j % B) * d;
+        tf_h2f_row(vj, kb, d);
+        for (int g = 0; g < G; g++) {
+            float wgt = s[(int64_t)g * L + j], *og = o + g * d;
+            for (int i = 0; i < d; i++) og[i] = og[i] + wgt * kb[i];
+        }
+    }
+    float *dst = t->out + (int64_t)row * t->out_stride + kvh * G * d;
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < d; i++) dst[g * d + i] = o[g * d + i] / den[g] + 0.0f;
+}

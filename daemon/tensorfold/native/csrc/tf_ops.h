@@ -1,0 +1,29 @@
+#ifndef TF_OPS_H
+#define TF_OPS_H
+
+#include <stdint.h>
+
+/* Paged attention over fp16 keys and values for a batch of rows. */
+typedef struct {
+    const float *q;            /* [rows, q_stride]: head h at h*head_dim, scaled, rope applied */
+    float *out;                /* [rows, out_stride] */
+    int32_t rows, heads, kv_heads, head_dim, block_size, q_stride, out_stride;
+    const int32_t *pos;        /* [rows] */
+    const int32_t *tab_off;    /* [rows]: where the row's block table starts in `tables` */
+    const int32_t *tables;
+    const uint16_t *k, *v;     /* block 0's keys and values of this layer: [kv_heads, B, head_dim] */
+    int64_t block_stride;      /* uint16 elements from one block to the next */
+} tf_attn;
+
+float tf_exp(float x);
+void tf_silu_mul(const float *g, const float *u, float *out, int64_t n);
+void tf_rms_norm(const float *x, const float *w, float eps, int k, float *out);
+void tf_rope(float *x, const float *c, const float *s, int d);
+uint16_t tf_f2h(float f);
+float tf_h2f(uint16_t h);
+void tf_h2f_row(const uint16_t *h, float *f, int n);
+void tf_set_soft_h2f(int soft);
+/* scratch: (heads/kv_heads) * (pos+1) + (1 + heads/kv_heads) * head_dim floats */
+void tf_attend(const tf_attn *t, int row, int kvh, float *scratch);
+
+#endif

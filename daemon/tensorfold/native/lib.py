@@ -1,0 +1,95 @@
+"""The compiled kernels, loaded with ctypes, and their C structures.
+
+The extension module `tensorfold.native._tfkernels` is built by the package's
+own build (setup.py); its exported C functions are called directly.  If it is
+missing, `load()` raises NativeMissing with how to build it: the CPU engine
+never falls back to a slower path in silence.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import importlib.util
+import os
+from functools import cache
+
+FMT_Q4A, FMT_Q8, FMT_BF16 = 1, 2, 3
+ISA_NAMES = {0: "scalar", 1: "avx2", 2: "avx512-vnni", 3: "neon"}
+
+_f32p = C.POINTER(C.c_float)
+_i32p = C.POINTER(C.c_int32)
+
+
+class NativeMissing(RuntimeError):
+    pass
+
+
+class Weight(C.Structure):
+    _fields_ = [("fmt", C.c_int32), ("flags", C.c_int32), ("n", C.c_int32), ("k", C.c_int32),
+                ("q", C.c_void_p), ("s", C.c_void_p), ("bias", C.c_void_p)]
+
+
+class Layer(C.Structure):
+    _fields_ = [(name, Weight) for name in ("q", "k", "v", "o", "gate", "up", "down")] + [
+                ("attn_norm", C.c_void_p), ("mlp_norm", C.c_void_p),
+                ("q_norm", C.c_void_p), ("k_norm", C.c_void_p)]
+
+
+class Model(C.Structure):
+    _fields_ = [(name, C.c_int32) for name in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn",
+                                                 "vocab", "max_pos", "block_size")] + [
+        ("eps", C.c_float), ("layer", C.POINTER(Layer)), ("embed", Weight), ("head", Weight),
+        ("norm", C.c_void_p), ("cos", C.c_void_p), ("sin", C.c_void_p), ("kv", C.c_void_p),
+        ("block_stride", C.c_int64)]
+
+
+_SIGNATURES = {
+    "tf_forward": (C.c_int, [C.POINTER(Model), _i32p, C.c_int, _i32p, _i32p, _i32p, _i32p, C.c_int, _f32p]),
+    "tf_linear": (C.c_int, [C.POINTER(Weight), _f32p, C.c_int, _f32p]),
+    "tf_pool_set_threads": (C.c_int, [C.c_int]),
+    "tf_pool_threads": (C.c_int, []),
+    "tf_isa": (C.c_int, []),
+    "tf_best_isa": (C.c_int, []),
+    "tf_set_isa": (C.c_int, [C.c_int]),
+    "tf_set_soft_h2f": (None, [C.c_int]),
+    "tf_exp": (C.c_float, [C.c_float]),
+    "tf_f2h": (C.c_uint16, [C.c_float]),
+    "tf_h2f": (C.c_float, [C.c_uint16]),
+    "tf_rms_norm": (None, [_f32p, _f32p, C.c_float, C.c_int, _f32p]),
+    "tf_silu_mul": (None, [_f32p, _f32p, _f32p, C.c_int64]),
+    "tf_dequant_row": (None, [C.POINTER(Weight), C.c_int, _f32p]),
+}
+
+
+@cache
+def load() -> C.CDLL:
+    spec = importlib.util.find_spec("tensorfold.native._tfkernels")
+    if spec is None or not spec.origin:
+        raise NativeMissing(
+            "the CPU kernels (tensorfold.native._tfkernels) are not built; build them with the package: "
+            "`pip install -e .` (needs a C compiler: `apt-get install gcc`, or Xcode's command line tools "
+            "on macOS), or run ./scripts/setup")
+    lib = C.CDLL(spec.origin)
+    for name, (res, args) in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    if os.environ.get("TENSORFOLD_ISA"):
+        want = {v: k for k, v in ISA_NAMES.items()}.get(os.environ["TENSORFOLD_ISA"], -2)
+        if lib.tf_set_isa(want) < 0:
+            raise NativeMissing(f"TENSORFOLD_ISA={os.environ['TENSORFOLD_ISA']} is not available on this CPU "
+                                f"(best: {ISA_NAMES[lib.tf_best_isa()]})")
+    return lib
+
+
+def isa() -> str:
+    return ISA_NAMES[load().tf_isa()]
+
+
+def set_threads(n: int) -> int:
+    return load().tf_pool_set_threads(n)
+
+
+def ptr(array, ctype=C.c_float):
+    """A ctypes pointer to a numpy array's or torch tensor's first element."""
+    address = array.data_ptr() if hasattr(array, "data_ptr") else array.ctypes.data
+    return C.cast(address, C.POINTER(ctype))

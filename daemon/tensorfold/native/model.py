@@ -1,0 +1,149 @@
+"""The CPU model on the native kernels: Llama-family weights kept quantized.
+
+A GGUF's weights load in their own formats, repacked losslessly (quant.py);
+a safetensors checkpoint's matmul weights are quantized at load to the
+format the user picks (--weights).  Norms, biases and rope tables stay fp32.
+The KV cache is fp16 in one anonymous memory map: the operating system
+backs a block with memory only once a sequence writes it.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import logging
+import mmap
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..backends.torch.kernels import rope_tables
+from ..backends.torch.models.llama import ModelArgs, inverse_frequencies
+from ..checkpoints.errors import CheckpointError
+from ..checkpoints.files import gguf_file, iter_safetensors
+from . import lib, quant
+
+log = logging.getLogger(__name__)
+
+WEIGHT_KINDS = ("q8_0", "q4_0", "bf16")
+DEFAULT_WEIGHTS = "q8_0"
+_PARTS = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
+          "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
+
+
+def _load_gguf(path: Path) -> dict[str, quant.Packed | np.ndarray]:
+    from ..checkpoints.gguf_convert import iter_gguf_weights
+
+    out: dict[str, quant.Packed | np.ndarray] = {}
+    for name, qtype, data, shape in iter_gguf_weights(path):
+        if len(shape) == 1:
+            out[name] = np.array(data, dtype=np.float32)
+            continue
+        try:
+            out[name] = quant.pack_gguf(qtype, np.asarray(data), *shape)
+        except ValueError as exc:
+            raise CheckpointError(f"{path.name}: {name}: {exc}") from None
+    return out
+
+
+def _load_safetensors(folder: Path, kind: str) -> dict[str, quant.Packed | np.ndarray]:
+    out: dict[str, quant.Packed | np.ndarray] = {}
+    for name, tensor in iter_safetensors(folder):
+        array = tensor.to(torch.float32).numpy()
+        if array.ndim == 2:
+            if array.shape[1] % 32:
+                raise CheckpointError(f"{name}: {array.shape[1]} inputs is not a multiple of 32; "
+                                      "the CPU kernels need whole blocks of 32")
+            out[name] = quant.quantize_float(array, kind)
+        else:
+            out[name] = np.ascontiguousarray(array)
+    return out
+
+
+class NativeModel:
+    """Weights, the C structures that point at them, and the KV map."""
+
+    def __init__(self, folder: Path, args: ModelArgs, weights: str = DEFAULT_WEIGHTS) -> None:
+        self.lib = lib.load()
+        if weights not in WEIGHT_KINDS:
+            raise CheckpointError(f"--weights {weights!r}: use one of {', '.join(WEIGHT_KINDS)}")
+        source = gguf_file(folder)
+        self.source = "gguf" if source else weights
+        w = _load_gguf(source) if source else _load_safetensors(folder, weights)
+        self.args = args
+        self._keep: list[object] = []
+        self.weight_bytes = sum(quant.nbytes(v) if isinstance(v, quant.Packed) else v.nbytes for v in w.values())
+        a = args
+        layers = (lib.Layer * a.layers)()
+        for i in range(a.layers):
+            p = f"model.layers.{i}."
+            L = layers[i]
+            for field, part in _PARTS.items():
+                setattr(L, field, self._weight(w, p + part + ".weight", w.get(p + part + ".bias")))
+            L.attn_norm = self._f32(w[p + "input_layernorm.weight"])
+            L.mlp_norm = self._f32(w[p + "post_attention_layernorm.weight"])
+            if p + "self_attn.q_norm.weight" in w:
+                L.q_norm = self._f32(w[p + "self_attn.q_norm.weight"])
+                L.k_norm = self._f32(w[p + "self_attn.k_norm.weight"])
+        self._keep.append(layers)
+        m = self.struct = lib.Model()
+        m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim = a.layers, a.hidden_size, a.heads, a.kv_heads, a.head_dim
+        m.ffn, m.vocab, m.max_pos, m.eps = a.intermediate_size, a.vocab_size, a.max_positions, a.rms_norm_eps
+        m.layer = C.cast(layers, C.POINTER(lib.Layer))
+        m.embed = self._weight(w, "model.embed_tokens.weight")
+        head = "model.embed_tokens.weight" if a.tie_word_embeddings or "lm_head.weight" not in w else "lm_head.weight"
+        m.head = self._weight(w, head)
+        m.norm = self._f32(w["model.norm.weight"])
+        cos, sin = rope_tables(inverse_frequencies(a), a.max_positions)
+        m.cos, m.sin = self._f32(cos.numpy()), self._f32(sin.numpy())
+        if m.embed.n != a.vocab_size or m.head.n != a.vocab_size:
+            raise CheckpointError(f"embedding rows {m.embed.n} / head rows {m.head.n} differ from the vocabulary "
+                                  f"size {a.vocab_size}")
+        self._kv: mmap.mmap | None = None
+
+    def _f32(self, array: np.ndarray) -> int:
+        array = np.ascontiguousarray(array, dtype=np.float32)
+        self._keep.append(array)
+        return array.ctypes.data
+
+    def _weight(self, w: dict, name: str, bias: np.ndarray | None = None) -> lib.Weight:
+        p = w.get(name)
+        if not isinstance(p, quant.Packed):
+            raise CheckpointError(f"the checkpoint lacks the 2-D weight {name}")
+        self._keep += [p.q, p.s]
+        return lib.Weight(p.fmt, p.flags, p.n, p.k, p.q.ctypes.data, p.s.ctypes.data if p.s.size else None,
+                          self._f32(bias) if bias is not None else None)
+
+    # -- KV ------------------------------------------------------------------------
+    def kv_bytes_per_token(self) -> int:
+        a = self.args
+        return 2 * a.layers * a.kv_heads * a.head_dim * 2
+
+    def allocate_kv(self, num_blocks: int, block_size: int) -> None:
+        a = self.args
+        stride = 2 * a.layers * a.kv_heads * block_size * a.head_dim         # fp16 elements per block
+        if self._kv is not None:
+            self.struct.kv = None
+            self._kv_view = None
+            self._kv.close()
+        self._kv = mmap.mmap(-1, max(1, num_blocks * stride * 2))           # anonymous: pages on first write
+        self._kv_view = (C.c_char * len(self._kv)).from_buffer(self._kv)
+        self.struct.kv = C.addressof(self._kv_view)
+        self.struct.block_stride = stride
+        self.struct.block_size = block_size
+        self.num_blocks = num_blocks
+
+    # -- forward -------------------------------------------------------------------
+    def forward(self, tokens: np.ndarray, pos: np.ndarray, tab_off: np.ndarray, tables: np.ndarray,
+                out_rows: np.ndarray) -> torch.Tensor:
+        """int32 arrays in; fp32 logits [len(out_rows), vocab] out."""
+        if self._kv is None:
+            raise RuntimeError("allocate_kv first")
+        logits = torch.empty((len(out_rows), self.args.vocab_size), dtype=torch.float32)
+        i32 = C.c_int32
+        rc = self.lib.tf_forward(C.byref(self.struct), lib.ptr(tokens, i32), len(tokens), lib.ptr(pos, i32),
+                                 lib.ptr(tab_off, i32), lib.ptr(tables, i32), lib.ptr(out_rows, i32),
+                                 len(out_rows), lib.ptr(logits))
+        if rc != 0:
+            raise MemoryError("the forward could not allocate its buffers")
+        return logits

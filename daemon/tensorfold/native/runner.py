@@ -1,0 +1,99 @@
+"""The CPU backend: the native kernels behind the engine's Backend interface."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..backends.torch.models.llama import ModelArgs
+from ..backends.torch.runner import UnsupportedModel
+from ..checkpoints.files import read_config
+from ..engine.capacity import host_budget
+from . import lib
+from .model import DEFAULT_WEIGHTS, NativeModel
+
+log = logging.getLogger(__name__)
+
+ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM")
+
+
+@dataclass(slots=True)
+class Segment:
+    """Rows for positions start..start+rows-1 of one sequence inside a forward's batch."""
+
+    table: list[int]
+    start: int
+    rows: int
+
+
+class NativeRunner:
+    device = torch.device("cpu")
+    dtype = torch.float32            # the arithmetic; weights per `weights`, KV in fp16
+
+    def __init__(self, folder: Path, weights: str = "auto", threads: int | None = None) -> None:
+        config = read_config(folder)
+        arch = (config.get("architectures") or ["?"])[0]
+        if arch not in ARCHITECTURES:
+            raise UnsupportedModel(f"{folder}: architecture {arch} is not supported on the CPU "
+                                   f"(supported: {', '.join(sorted(ARCHITECTURES))})")
+        self.args = ModelArgs.from_config(config)
+        lib.set_threads(threads or default_threads())
+        self.model = NativeModel(folder, self.args, DEFAULT_WEIGHTS if weights == "auto" else weights)
+        self.vocab_size = self.args.vocab_size
+        self.max_positions = self.args.max_positions
+        self.weights = self.model.source
+        log.info("loaded %s (%s, %d layers) on the CPU: weights %s (%.1f MiB), kernels %s, %d threads",
+                 folder.name, arch, self.args.layers, self.weights, self.model.weight_bytes / 2**20, lib.isa(),
+                 lib.load().tf_pool_threads())
+
+    def describe(self) -> str:
+        return f"native cpu {self.weights} {lib.isa()} x{lib.load().tf_pool_threads()}"
+
+    def kv_bytes_per_token(self) -> int:
+        return self.model.kv_bytes_per_token()
+
+    def allocate_kv(self, num_blocks: int, block_size: int) -> None:
+        self.model.allocate_kv(num_blocks, block_size)
+        log.info("KV map: %d blocks of %d positions, up to %.1f MiB (fp16, backed as written)", num_blocks,
+                 block_size, num_blocks * block_size * self.kv_bytes_per_token() / 2**20)
+
+    def segment(self, blocks: list[int], start: int, rows: int) -> Segment:
+        return Segment(list(blocks), start, rows)
+
+    def free_memory(self) -> int:
+        return host_budget()
+
+    def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> torch.Tensor:
+        """Run `tokens` (segments' rows, in order); fp32 logits [len(out_rows), vocab]."""
+        B = self.model.struct.block_size
+        tables, offsets, pos, tab_off = [], [], [], []
+        for seg in segments:
+            end = seg.start + seg.rows
+            if end > self.max_positions or -(-end // B) > len(seg.table):
+                raise ValueError(f"positions up to {end} exceed the window or the segment's blocks")
+            if any(not 0 <= b < self.model.num_blocks for b in seg.table):
+                raise ValueError("a block id is outside the KV map")
+            offsets.append(len(tables))
+            tab_off += [offsets[-1]] * seg.rows
+            pos += range(seg.start, end)
+            tables += seg.table
+        t = np.asarray(tokens, dtype=np.int32)
+        if t.size and (t.min() < 0 or t.max() >= self.vocab_size):
+            raise ValueError(f"token id outside the vocabulary (0..{self.vocab_size - 1})")
+        i32 = np.int32
+        return self.model.forward(t, np.asarray(pos, i32), np.asarray(tab_off, i32),
+                                  np.asarray(tables or [0], i32), np.asarray(out_rows, i32))
+
+
+def default_threads() -> int:
+    """The machine's cores available to this process."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1

@@ -1,0 +1,24 @@
+"""The compiled part: TensorFold's CPU kernels (daemon/tensorfold/native/csrc).
+
+Everything else is declared in pyproject.toml.  The kernels are plain C11 with
+SIMD paths chosen at run time (AVX2 / AVX-512 VNNI on x86-64, NEON on ARM);
+-ffp-contract=off keeps the compiler from fusing multiply-adds, so every path
+computes the same bits."""
+
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+
+src = Path("daemon/tensorfold/native/csrc")
+flags = ["-std=c11", "-O3", "-ffp-contract=off", "-fno-math-errno", "-fvisibility=default"]
+if sys.platform == "win32":
+    flags = ["/O2", "/fp:precise"]
+
+setup(ext_modules=[Extension(
+    "tensorfold.native._tfkernels",
+    sources=sorted(str(p) for p in src.glob("*.c")),
+    depends=sorted(str(p) for p in src.glob("*.h")),
+    extra_compile_args=flags,
+    libraries=[] if sys.platform == "win32" else ["m", "pthread"],
+)])

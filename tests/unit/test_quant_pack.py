@@ -1,0 +1,267 @@
+"""Repacking GGUF weights into the C kernels' layouts (tensorfold.native.quant)."""
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+from gguf import quants as gq
+from gguf.constants import GGML_QUANT_SIZES
+
+from tensorfold.native import quant as Q
+
+# byte offsets of the fp16 fields to overwrite with finite values, per block
+FP16_FIELDS = {
+    QT.Q4_0: [0],
+    QT.Q4_1: [0, 2],
+    QT.Q8_0: [0],
+    QT.Q4_K: [0, 2],
+    QT.Q5_K: [0, 2],
+    QT.Q6_K: [208],
+}
+
+
+def random_raw(qtype, n, k, seed=0):
+    """Random raw ggml blocks [n, bytes_per_row] with finite, moderate fp16 fields."""
+    rng = np.random.default_rng(seed)
+    bs, ts = GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, size=(n, k // bs, ts), dtype=np.uint8)
+    for off in FP16_FIELDS[qtype]:
+        vals = rng.uniform(-2.0, 2.0, size=(n, k // bs)).astype(np.float16)
+        vals[0, 0] = 0.0  # a zero scale too
+        raw[..., off:off + 2] = vals[..., None].view(np.uint8)
+    return raw.reshape(n, -1)
+
+
+def bits(a):
+    # x + 0.0 maps -0.0 to +0.0 and leaves every other float32 unchanged
+    return (np.asarray(a, np.float32) + np.float32(0)).view(np.uint32)
+
+
+@pytest.mark.parametrize("qtype", list(FP16_FIELDS))
+@pytest.mark.parametrize("k", [256, 512])
+def test_gguf_repack_matches_gguf_reference(qtype, k):
+    n = 5
+    raw = random_raw(qtype, n, k, seed=k + int(qtype))
+    p = Q.pack_gguf(qtype, raw, n, k)
+    assert p.q.flags.c_contiguous and p.s.flags.c_contiguous
+    assert p.s.dtype == np.float32 and p.s.shape[:2] == (n, k // 32)
+    got = Q.dequantize(p)
+    ref = gq.dequantize(raw, qtype).reshape(n, k).astype(np.float32)
+    assert got.dtype == np.float32 and got.shape == (n, k)
+    assert np.all(np.isfinite(ref))
+    if qtype == QT.Q4_0:
+        # gguf computes (q - 8) * d, we compute q * d + (-8 * d).  Both are exact
+        # (q * d, 8 * d and (q - 8) * d all fit in float32), so the values are
+        # identical; only the sign of zero can differ (q == 8 with d < 0 gives
+        # -0.0 in gguf, +0.0 here).  Compare bits with zeros normalised.
+        assert np.array_equal(bits(got), bits(ref))
+    else:
+        # same float32 operations in the same order: bit for bit, -0.0 included
+        assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
+def test_gguf_formats_and_shapes():
+    n, k = 3, 256
+    expect = {
+        QT.Q4_0: (Q.FMT_Q4A, 0, 2),
+        QT.Q4_1: (Q.FMT_Q4A, 0, 2),
+        QT.Q4_K: (Q.FMT_Q4A, 0, 2),
+        QT.Q8_0: (Q.FMT_Q8, 0, 1),
+        QT.Q5_K: (Q.FMT_Q8, Q.HAS_MIN, 2),
+        QT.Q6_K: (Q.FMT_Q8, Q.TWO_SCALES, 2),
+    }
+    for qtype, (fmt, flags, S) in expect.items():
+        p = Q.pack_gguf(qtype, random_raw(qtype, n, k), n, k)
+        assert (p.fmt, p.flags, p.n, p.k) == (fmt, flags, n, k)
+        assert p.s.shape == (n, k // 32, S)
+        if fmt == Q.FMT_Q4A:
+            assert p.q.dtype == np.uint8 and p.q.shape == (n, k // 2)
+        else:
+            assert p.q.dtype == np.int8 and p.q.shape == (n, k)
+        assert Q.nbytes(p) == p.q.nbytes + p.s.nbytes
+
+
+def test_q4_0_scales_exact():
+    raw = random_raw(QT.Q4_0, 2, 64)
+    p = Q.pack_gguf(QT.Q4_0, raw, 2, 64)
+    d = raw.reshape(2, 2, 18)[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    assert np.array_equal(p.s[..., 0], d)
+    assert np.array_equal(p.s[..., 1], -8 * d)
+
+
+def test_q6_k_values_range():
+    p = Q.pack_gguf(QT.Q6_K, random_raw(QT.Q6_K, 2, 256), 2, 256)
+    assert p.q.min() >= -32 and p.q.max() <= 31
+
+
+def test_q5_k_values_range():
+    p = Q.pack_gguf(QT.Q5_K, random_raw(QT.Q5_K, 2, 256), 2, 256)
+    assert p.q.min() >= 0 and p.q.max() <= 31
+
+
+def test_q4a_nibble_layout_hand_built():
+    vals = np.arange(32, dtype=np.uint8) % 16  # element i -> i % 16
+    vals[16:] = 15 - vals[16:]  # make the two halves distinguishable
+    # Q4_0 block: fp16 d = 1.0, then the 16 bytes
+    qs = (vals[:16] | (vals[16:] << 4)).astype(np.uint8)
+    raw = np.concatenate([np.array([1.0], np.float16).view(np.uint8), qs])[None, :]
+    p = Q.pack_gguf(QT.Q4_0, raw, 1, 32)
+    for i in range(16):
+        assert p.q[0, i] & 0x0F == vals[i]
+        assert p.q[0, i] >> 4 == vals[i + 16]
+    assert np.array_equal(Q.dequantize(p)[0], vals.astype(np.float32) - 8)
+
+    # the same through a hand-built Packed
+    hand = Q.Packed(Q.FMT_Q4A, 0, 1, 32, qs[None, :].copy(),
+                    np.array([[[0.5, 1.0]]], np.float32))
+    assert np.array_equal(Q.dequantize(hand)[0], vals.astype(np.float32) * 0.5 + 1.0)
+
+
+def test_q8_two_scales_and_min_rules():
+    q = np.arange(-16, 16, dtype=np.int8)[None, :]
+    two = Q.Packed(Q.FMT_Q8, Q.TWO_SCALES, 1, 32, q, np.array([[[2.0, 3.0]]], np.float32))
+    got = Q.dequantize(two)[0]
+    assert np.array_equal(got[:16], q[0, :16] * np.float32(2))
+    assert np.array_equal(got[16:], q[0, 16:] * np.float32(3))
+    mn = Q.Packed(Q.FMT_Q8, Q.HAS_MIN, 1, 32, q, np.array([[[2.0, -1.5]]], np.float32))
+    assert np.array_equal(Q.dequantize(mn)[0], q[0] * np.float32(2) - np.float32(1.5))
+
+
+def test_repack_of_gguf_quantizer_output():
+    # blocks written by gguf's own quantizer (not random bytes) repack exactly;
+    # checks that pack_gguf reads what a real writer produces.
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((4, 128)).astype(np.float32)
+    for qtype in (QT.Q8_0, QT.Q4_0, QT.Q4_1):
+        raw = gq.quantize(w, qtype)
+        got = Q.dequantize(Q.pack_gguf(qtype, raw, 4, 128))
+        ref = gq.dequantize(raw, qtype).reshape(4, 128)
+        assert np.array_equal(bits(got), bits(ref))
+
+
+# ------------------------------------------------------------------ floats
+
+
+@pytest.mark.parametrize("qtype", [QT.F32, QT.F16, QT.BF16])
+def test_float_tensors_use_default_kind(qtype):
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((3, 64)).astype(np.float32)
+    if qtype == QT.F16:
+        data = w.astype(np.float16)
+        src = data.astype(np.float32)
+    elif qtype == QT.BF16:  # GGUFReader gives raw bytes [n, 2k] for BF16
+        bf = Q.quantize_float(w, "bf16").q
+        data = bf.view(np.uint8).reshape(3, 128)
+        src = Q.dequantize(Q.quantize_float(w, "bf16"))
+    else:
+        data, src = w, w
+    p = Q.pack_gguf(qtype, data, 3, 64)
+    assert Q.DEFAULT_FLOAT_KIND == "q8_0"
+    want = Q.quantize_float(src, Q.DEFAULT_FLOAT_KIND)
+    assert (p.fmt, p.flags) == (Q.FMT_Q8, 0)
+    assert np.array_equal(p.q, want.q) and np.array_equal(p.s, want.s)
+
+
+def _blocks(w):
+    return w.reshape(w.shape[0], -1, 32)
+
+
+def test_quantize_q8_0_error_bound():
+    rng = np.random.default_rng(2)
+    w = (rng.standard_normal((8, 256)) * rng.uniform(0.01, 10, (8, 1))).astype(np.float32)
+    w[0, :32] = 0.0  # an all-zero block
+    p = Q.quantize_float(w, "q8_0")
+    assert (p.fmt, p.flags, p.s.shape) == (Q.FMT_Q8, 0, (8, 8, 1))
+    d = p.s[..., 0]
+    assert np.array_equal(d, np.abs(_blocks(w)).max(-1) / np.float32(127))
+    err = np.abs(_blocks(Q.dequantize(p) - w))
+    assert np.all(err <= d[..., None] * (0.5 + 1e-5) + 1e-30)
+    assert np.all(Q.dequantize(p)[0, :32] == 0) and np.all(p.q[0, :32] == 0)
+    assert np.abs(p.q).max() <= 127
+
+
+def test_quantize_q8_0_round_half_even():
+    w = np.zeros((1, 32), np.float32)
+    w[0, 0] = 127.0  # d = 1
+    w[0, 1:5] = [0.5, 1.5, 2.5, -0.5]
+    p = Q.quantize_float(w, "q8_0")
+    assert p.s[0, 0, 0] == 1.0
+    assert p.q[0, :5].tolist() == [127, 0, 2, 2, 0]
+
+
+def test_quantize_q4_0_error_bound():
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((8, 256)) * rng.uniform(0.01, 10, (8, 1))).astype(np.float32)
+    w[1, 32:64] = 0.0
+    p = Q.quantize_float(w, "q4_0")
+    assert (p.fmt, p.s.shape) == (Q.FMT_Q4A, (8, 8, 2))
+    d, m = p.s[..., 0], p.s[..., 1]
+    assert np.array_equal(m, d * np.float32(-8))
+    back = Q.dequantize(p)
+    err = np.abs(_blocks(back - w))
+    assert np.all(err <= np.abs(d)[..., None] * (1 + 1e-5) + 1e-30)
+    assert np.all(back[1, 32:64] == 0)
+    # the largest-magnitude element of each block is reproduced exactly
+    imax = np.abs(_blocks(w)).argmax(-1)[..., None]
+    assert np.array_equal(np.take_along_axis(_blocks(back), imax, -1),
+                          np.take_along_axis(_blocks(w), imax, -1))
+
+
+def test_quantize_q4_0_matches_gguf_nibbles():
+    # gguf's own Q4_0 quantizer uses the same rule (fp16 d aside); with d exactly
+    # representable in fp16 the nibbles must agree.
+    rng = np.random.default_rng(4)
+    w = rng.integers(-8, 8, size=(2, 64)).astype(np.float32) * np.float32(0.25)
+    w[:, ::32] = -2.0  # vmax = -2 -> d = 0.25 (exact in fp16)
+    p = Q.quantize_float(w, "q4_0")
+    raw = gq.quantize(w, QT.Q4_0).reshape(2, 2, 18)
+    assert np.array_equal(p.q.reshape(2, 2, 16), raw[..., 2:])
+
+
+def test_quantize_bf16():
+    rng = np.random.default_rng(5)
+    bf_bits = rng.integers(0, 1 << 16, size=(4, 64), dtype=np.uint32).astype(np.uint16)
+    bf_bits[(bf_bits & 0x7F80) == 0x7F80] = 0x3F80  # no inf/NaN here
+    w = (bf_bits.astype(np.uint32) << 16).view(np.float32)
+    p = Q.quantize_float(w, "bf16")
+    assert p.fmt == Q.FMT_BF16 and p.q.dtype == np.uint16 and p.s.size == 0
+    assert np.array_equal(p.q, bf_bits)  # values already bf16: exact
+    assert np.array_equal(Q.dequantize(p).view(np.uint32), w.view(np.uint32))
+
+    # round to nearest even, inf kept, NaN stays NaN
+    x = np.zeros((1, 32), np.float32)
+    x[0, :6] = np.array([0x3F808000, 0x3F818000, 0x3F808001, 0x7F7FFFFF,
+                         0x7F800000, 0xFFC00001], np.uint32).view(np.float32)
+    q = Q.quantize_float(x, "bf16").q[0, :6]
+    assert q[:5].tolist() == [0x3F80, 0x3F82, 0x3F81, 0x7F80, 0x7F80]
+    assert np.isnan(Q.dequantize(Q.quantize_float(x, "bf16"))[0, 5])
+    # matches gguf's bf16 conversion on random floats
+    y = rng.standard_normal((4, 64)).astype(np.float32)
+    ref = gq.quantize(y, QT.BF16).view(np.uint16).reshape(4, 64)
+    assert np.array_equal(Q.quantize_float(y, "bf16").q, ref)
+
+
+# ------------------------------------------------------------------ errors
+
+
+def test_unsupported_type_raises():
+    with pytest.raises(ValueError, match="Q2_K.*not supported.*Q4_0, Q4_1, Q8_0"):
+        Q.pack_gguf(QT.Q2_K, np.zeros((1, 84), np.uint8), 1, 256)
+    with pytest.raises(ValueError, match="not supported"):
+        Q.pack_gguf(QT.IQ4_XS, np.zeros((1, 136), np.uint8), 1, 256)
+
+
+@pytest.mark.parametrize("qtype,k", [(QT.Q4_0, 48), (QT.Q8_0, 40), (QT.Q4_K, 128),
+                                     (QT.Q5_K, 288), (QT.Q6_K, 32), (QT.F32, 40)])
+def test_bad_k_raises(qtype, k):
+    bs, ts = GGML_QUANT_SIZES[qtype]
+    width = max(1, k * ts // bs)
+    data = np.zeros((2, k), np.float32) if qtype == QT.F32 else np.zeros((2, width), np.uint8)
+    with pytest.raises(ValueError, match="multiple of"):
+        Q.pack_gguf(qtype, data, 2, k)
+
+
+def test_wrong_data_size_and_bad_kind_raise():
+    with pytest.raises(ValueError):
+        Q.pack_gguf(QT.Q8_0, np.zeros((2, 33), np.uint8), 2, 32)
+    with pytest.raises(ValueError, match="kind"):
+        Q.quantize_float(np.zeros((1, 32), np.float32), "q5_1")
