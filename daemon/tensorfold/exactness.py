@@ -8,6 +8,7 @@ each reply's token_sha (SHA-256 of its token ids) across:
 - concurrent (8 at a time, staggered arrivals) vs solo;
 - reused prefix (a rerun, prompt in the prefix cache) vs fresh;
 - a different prefill chunk size vs the default (in-process only);
+- one CPU thread vs two (in-process only: the kernels split outputs, never a sum);
 - a background request preempted by foreground ones and replayed vs solo;
 - streamed vs whole;
 - constrained cases throughout (every second case): each grammar form,
@@ -185,6 +186,7 @@ async def preempted(http: httpx.AsyncClient, case: Case) -> tuple[dict[str, Any]
 
 
 COMPARISONS = ("concurrent (8, staggered) vs solo", "reused prefix vs fresh", "other prefill chunk vs default",
+               "1 thread vs 2 threads",
                "background preempted vs solo", "streamed vs whole",
                "ngram drafted vs draft:false", "ngram drafted x8 concurrent vs draft:false",
                "model drafted vs draft:false", "model drafted x8 concurrent vs draft:false")
@@ -224,6 +226,10 @@ async def run_suite(urls: dict[str, str | None], cases: list[Case], preempt_case
         async with httpx.AsyncClient(base_url=urls["chunk"], timeout=timeout) as http:
             for c, f in zip(cases, fresh):
                 tallies["other prefill chunk vs default"].add(c, f["sha"], (await ask(http, c.body))["sha"])
+    if urls.get("threads1"):
+        async with httpx.AsyncClient(base_url=urls["threads1"], timeout=timeout) as http:
+            for c, f in zip(cases, fresh):
+                tallies["1 thread vs 2 threads"].add(c, f["sha"], (await ask(http, c.body))["sha"])
     if urls.get("model"):
         async with httpx.AsyncClient(base_url=urls["model"], timeout=timeout) as http:
             await drafted_vs_serial(http, cases, seed, "model", tallies)
@@ -255,7 +261,8 @@ def in_process_servers(args: argparse.Namespace) -> Iterator[dict[str, str]]:
     folder = resolve_model(args.model)
     common = {"dtype": args.dtype, "device": args.device, "kv_memory": args.kv_memory,
               "chat_template": THINKING_TEMPLATE}
-    configs = {"main": EngineConfig(parallel=8, **common),
+    configs = {"main": EngineConfig(parallel=8, threads=max(2, args.threads or 2), **common),
+               "threads1": EngineConfig(parallel=8, threads=1, **common),
                "chunk": EngineConfig(parallel=2, prefill_chunk=23, **common),
                "preempt": EngineConfig(parallel=1, **common),
                "model": EngineConfig(parallel=8, draft_model=args.draft_model or str(folder), **common)}
@@ -299,10 +306,10 @@ def run_exactness(args: argparse.Namespace) -> int:
                                                  "response_format", "tool_choice")) for c in cases)
     print(f"{len(cases)} cases: {constrained} with a grammar or a forced tool call, {thinking} with a thinking budget")
     if args.url:
-        urls = {"main": args.url, "chunk": None, "preempt": args.url, "model": None}
+        urls = {"main": args.url, "chunk": None, "threads1": None, "preempt": args.url, "model": None}
         tallies = asyncio.run(run_suite(urls, cases, args.preempt_cases, args.seed))
         # a daemon has one drafter and one prefill chunk: the rows of the others stay empty
-        optional = {name for name in COMPARISONS if "drafted" in name or "chunk" in name}
+        optional = {name for name in COMPARISONS if "drafted" in name or "chunk" in name or "thread" in name}
     else:
         with in_process_servers(args) as urls:
             tallies = asyncio.run(run_suite(urls, cases, args.preempt_cases, args.seed))

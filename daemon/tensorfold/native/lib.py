@@ -37,7 +37,7 @@ class Layer(C.Structure):
 
 class Model(C.Structure):
     _fields_ = [(name, C.c_int32) for name in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn",
-                                                 "vocab", "max_pos", "block_size")] + [
+                                                 "vocab", "max_pos", "block_size", "threads")] + [
         ("eps", C.c_float), ("layer", C.POINTER(Layer)), ("embed", Weight), ("head", Weight),
         ("norm", C.c_void_p), ("cos", C.c_void_p), ("sin", C.c_void_p), ("kv", C.c_void_p),
         ("block_stride", C.c_int64)]
@@ -85,8 +85,11 @@ def isa() -> str:
     return ISA_NAMES[load().tf_isa()]
 
 
-def set_threads(n: int) -> int:
-    return load().tf_pool_set_threads(n)
+def ensure_threads(n: int) -> None:
+    """Grow the shared pool to at least n threads (each model runs on its own count of them)."""
+    pool = load()
+    if pool.tf_pool_threads() < n:
+        pool.tf_pool_set_threads(n)
 
 
 def ptr(array, ctype=C.c_float):

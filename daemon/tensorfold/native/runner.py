@@ -41,17 +41,19 @@ class NativeRunner:
             raise UnsupportedModel(f"{folder}: architecture {arch} is not supported on the CPU "
                                    f"(supported: {', '.join(sorted(ARCHITECTURES))})")
         self.args = ModelArgs.from_config(config)
-        lib.set_threads(threads or default_threads())
+        self.threads = threads or default_threads()
+        lib.ensure_threads(self.threads)
         self.model = NativeModel(folder, self.args, DEFAULT_WEIGHTS if weights == "auto" else weights)
+        self.model.struct.threads = self.threads
         self.vocab_size = self.args.vocab_size
         self.max_positions = self.args.max_positions
         self.weights = self.model.source
         log.info("loaded %s (%s, %d layers) on the CPU: weights %s (%.1f MiB), kernels %s, %d threads",
                  folder.name, arch, self.args.layers, self.weights, self.model.weight_bytes / 2**20, lib.isa(),
-                 lib.load().tf_pool_threads())
+                 self.threads)
 
     def describe(self) -> str:
-        return f"native cpu {self.weights} {lib.isa()} x{lib.load().tf_pool_threads()}"
+        return f"native cpu {self.weights} {lib.isa()} x{self.threads}"
 
     def kv_bytes_per_token(self) -> int:
         return self.model.kv_bytes_per_token()

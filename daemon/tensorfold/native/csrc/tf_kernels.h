@@ -40,6 +40,7 @@ typedef struct {
 
 typedef struct {
     int32_t layers, hidden, heads, kv_heads, head_dim, ffn, vocab, max_pos, block_size;
+    int32_t threads;                    /* the pool's threads this model's forwards use (0: all) */
     float eps;
     const tf_layer *layer;
     tf_weight embed, head;

@@ -28,6 +28,7 @@ typedef struct {
     int ldy, accum;
 } lin_job;
 
+
 static void quant_job(void *p, int ith, int nth) {
     lin_job *j = p;
     int64_t r0, r1, nb = j->k / 32;
@@ -72,7 +73,7 @@ typedef struct {
 
 /* y[r, :n] (stride ldy) = x[r] @ [parts]^T + bias, or += when accum. */
 static void linear(const tf_weight *const *parts, int nparts, const float *x, int rows, float *y, int ldy,
-                   int accum, lin_scratch *sc) {
+                   int accum, lin_scratch *sc, int threads) {
     int n = 0, quant = 0;
     for (int i = 0; i < nparts; i++) {
         n += parts[i]->n;
@@ -81,10 +82,10 @@ static void linear(const tf_weight *const *parts, int nparts, const float *x, in
     int k = parts[0]->k;
     lin_job j = {parts, nparts, n, k, x, {rows, k, sc->q, sc->s, sc->sum}, sc->tmp, y, ldy, accum};
     if (quant) {
-        if ((int64_t)rows * k >= 65536) tf_pool_run(quant_job, &j);
+        if ((int64_t)rows * k >= 65536) tf_pool_run(quant_job, &j, threads);
         else quant_job(&j, 0, 1);
     }
-    tf_pool_run(dot_job, &j);
+    tf_pool_run(dot_job, &j, threads);
 }
 
 /* room for `rows` rows of k inputs, and `outs` output values */
@@ -103,7 +104,7 @@ static void free_scratch(lin_scratch *sc) {
 int tf_linear(const tf_weight *w, const float *x, int rows, float *y) {
     lin_scratch sc;
     int ok = alloc_scratch(&sc, rows, w->k, (int64_t)rows * w->n);
-    if (ok) linear(&w, 1, x, rows, y, w->n, 0, &sc);
+    if (ok) linear(&w, 1, x, rows, y, w->n, 0, &sc, 0);
     free_scratch(&sc);
     return ok ? 0 : -1;
 }
@@ -117,7 +118,7 @@ typedef struct {
     const int32_t *tokens, *pos, *tab_off, *tables, *out_rows;
     float *x, *h, *qkv, *att, *gu, *act;
     tf_attn at;
-    int step;
+    int step, threads;
 } fwd;
 
 enum { S_EMBED, S_ATTN_NORM, S_QK, S_MLP_NORM, S_SILU, S_FINAL_NORM };
@@ -180,7 +181,7 @@ static void run_rows(fwd *f, int step, int rows) {
     f->step = step;
     f->rows = rows;
     if (rows <= 1) { if (rows == 1) row_step(f, 0); }
-    else tf_pool_run(rows_job, f);
+    else tf_pool_run(rows_job, f, f->threads);
 }
 
 static void attn_job(void *p, int ith, int nth) {
@@ -208,6 +209,7 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
     int maxk = MAX(MAX(E, H * D), F);
     int64_t outs = MAX(rows * (int64_t)MAX(QKV, 2 * F), n_out * (int64_t)m->vocab);
     fwd f = {m, 0, 0, rows, tokens, pos, tab_off, tables, out_rows};
+    f.threads = m->threads;
     f.x = malloc(sizeof(float) * R * E);
     f.h = malloc(sizeof(float) * R * MAX(E, H * D));
     f.qkv = malloc(sizeof(float) * R * QKV);
@@ -225,23 +227,23 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
             run_rows(&f, S_ATTN_NORM, rows);
             const tf_weight *qkv[3] = {&L->q, &L->k, &L->v}, *o = &L->o, *gu[2] = {&L->gate, &L->up};
             const tf_weight *down = &L->down;
-            linear(qkv, 3, f.h, rows, f.qkv, QKV, 0, &sc);
+            linear(qkv, 3, f.h, rows, f.qkv, QKV, 0, &sc, f.threads);
             run_rows(&f, S_QK, rows);
             int B = m->block_size;
             tf_attn at = {f.qkv, f.att, rows, H, KV, D, B, QKV, H * D, pos, tab_off, tables,
                           m->kv + (int64_t)l * 2 * KV * B * D, m->kv + (int64_t)l * 2 * KV * B * D + (int64_t)KV * B * D,
                           m->block_stride};
             f.at = at;
-            tf_pool_run(attn_job, &f);
-            linear(&o, 1, f.att, rows, f.x, E, 1, &sc);
+            tf_pool_run(attn_job, &f, f.threads);
+            linear(&o, 1, f.att, rows, f.x, E, 1, &sc, f.threads);
             run_rows(&f, S_MLP_NORM, rows);
-            linear(gu, 2, f.h, rows, f.gu, 2 * F, 0, &sc);
+            linear(gu, 2, f.h, rows, f.gu, 2 * F, 0, &sc, f.threads);
             run_rows(&f, S_SILU, rows);
-            linear(&down, 1, f.act, rows, f.x, E, 1, &sc);
+            linear(&down, 1, f.act, rows, f.x, E, 1, &sc, f.threads);
         }
         const tf_weight *head = &m->head;
         run_rows(&f, S_FINAL_NORM, n_out);
-        linear(&head, 1, f.h, n_out, logits, m->vocab, 0, &sc);
+        linear(&head, 1, f.h, n_out, logits, m->vocab, 0, &sc, f.threads);
     }
     free(f.x); free(f.h); free(f.qkv); free(f.att); free(f.gu); free(f.act);
     free_scratch(&sc);

@@ -84,9 +84,9 @@ static int set_threads(int n) {
 
 int tf_pool_threads(void) { return nthreads; }
 
-void tf_pool_run(tf_job job, void *ctx) {
+void tf_pool_run(tf_job job, void *ctx, int want) {
     pthread_mutex_lock(&run_mu);
-    int n = nthreads;
+    int n = want <= 0 || want > nthreads ? nthreads : want;
     if (n <= 1) { job(ctx, 0, 1); pthread_mutex_unlock(&run_mu); return; }
     cur_job = job;
     cur_ctx = ctx;

@@ -6,8 +6,9 @@
 
 typedef void (*tf_job)(void *ctx, int ith, int nth);
 
-int tf_pool_set_threads(int n);   /* 1..64; returns the count in force */
+int tf_pool_set_threads(int n);   /* 1..64 threads (the caller and n-1 workers); returns the count */
 int tf_pool_threads(void);
-void tf_pool_run(tf_job job, void *ctx);
+/* job(ctx, i, nth) for i in 0..nth-1, nth = min(n, the pool's threads); n <= 0: all of them */
+void tf_pool_run(tf_job job, void *ctx, int n);
 
 #endif
