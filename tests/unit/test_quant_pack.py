@@ -43,7 +43,7 @@ def test_gguf_repack_matches_gguf_reference(qtype, k):
     raw = random_raw(qtype, n, k, seed=k + int(qtype))
     p = Q.pack_gguf(qtype, raw, n, k)
     assert p.q.flags.c_contiguous and p.s.flags.c_contiguous
-    assert p.s.dtype == np.float32 and p.s.shape[:2] == (n, k // 32)
+    assert p.s.dtype == np.float32 and p.s.shape[::2] == (n, k // 32)
     got = Q.dequantize(p)
     ref = gq.dequantize(raw, qtype).reshape(n, k).astype(np.float32)
     assert got.dtype == np.float32 and got.shape == (n, k)
@@ -72,7 +72,7 @@ def test_gguf_formats_and_shapes():
     for qtype, (fmt, flags, S) in expect.items():
         p = Q.pack_gguf(qtype, random_raw(qtype, n, k), n, k)
         assert (p.fmt, p.flags, p.n, p.k) == (fmt, flags, n, k)
-        assert p.s.shape == (n, k // 32, S)
+        assert p.s.shape == (n, S, k // 32)
         if fmt == Q.FMT_Q4A:
             assert p.q.dtype == np.uint8 and p.q.shape == (n, k // 2)
         else:
@@ -84,8 +84,8 @@ def test_q4_0_scales_exact():
     raw = random_raw(QT.Q4_0, 2, 64)
     p = Q.pack_gguf(QT.Q4_0, raw, 2, 64)
     d = raw.reshape(2, 2, 18)[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
-    assert np.array_equal(p.s[..., 0], d)
-    assert np.array_equal(p.s[..., 1], -8 * d)
+    assert np.array_equal(p.s[:, 0], d)
+    assert np.array_equal(p.s[:, 1], -8 * d)
 
 
 def test_q6_k_values_range():
@@ -112,17 +112,17 @@ def test_q4a_nibble_layout_hand_built():
 
     # the same through a hand-built Packed
     hand = Q.Packed(Q.FMT_Q4A, 0, 1, 32, qs[None, :].copy(),
-                    np.array([[[0.5, 1.0]]], np.float32))
+                    np.array([[[0.5], [1.0]]], np.float32))
     assert np.array_equal(Q.dequantize(hand)[0], vals.astype(np.float32) * 0.5 + 1.0)
 
 
 def test_q8_two_scales_and_min_rules():
     q = np.arange(-16, 16, dtype=np.int8)[None, :]
-    two = Q.Packed(Q.FMT_Q8, Q.TWO_SCALES, 1, 32, q, np.array([[[2.0, 3.0]]], np.float32))
+    two = Q.Packed(Q.FMT_Q8, Q.TWO_SCALES, 1, 32, q, np.array([[[2.0], [3.0]]], np.float32))
     got = Q.dequantize(two)[0]
     assert np.array_equal(got[:16], q[0, :16] * np.float32(2))
     assert np.array_equal(got[16:], q[0, 16:] * np.float32(3))
-    mn = Q.Packed(Q.FMT_Q8, Q.HAS_MIN, 1, 32, q, np.array([[[2.0, -1.5]]], np.float32))
+    mn = Q.Packed(Q.FMT_Q8, Q.HAS_MIN, 1, 32, q, np.array([[[2.0], [-1.5]]], np.float32))
     assert np.array_equal(Q.dequantize(mn)[0], q[0] * np.float32(2) - np.float32(1.5))
 
 
@@ -170,8 +170,8 @@ def test_quantize_q8_0_error_bound():
     w = (rng.standard_normal((8, 256)) * rng.uniform(0.01, 10, (8, 1))).astype(np.float32)
     w[0, :32] = 0.0  # an all-zero block
     p = Q.quantize_float(w, "q8_0")
-    assert (p.fmt, p.flags, p.s.shape) == (Q.FMT_Q8, 0, (8, 8, 1))
-    d = p.s[..., 0]
+    assert (p.fmt, p.flags, p.s.shape) == (Q.FMT_Q8, 0, (8, 1, 8))
+    d = p.s[:, 0]
     assert np.array_equal(d, np.abs(_blocks(w)).max(-1) / np.float32(127))
     err = np.abs(_blocks(Q.dequantize(p) - w))
     assert np.all(err <= d[..., None] * (0.5 + 1e-5) + 1e-30)
@@ -193,8 +193,8 @@ def test_quantize_q4_0_error_bound():
     w = (rng.standard_normal((8, 256)) * rng.uniform(0.01, 10, (8, 1))).astype(np.float32)
     w[1, 32:64] = 0.0
     p = Q.quantize_float(w, "q4_0")
-    assert (p.fmt, p.s.shape) == (Q.FMT_Q4A, (8, 8, 2))
-    d, m = p.s[..., 0], p.s[..., 1]
+    assert (p.fmt, p.s.shape) == (Q.FMT_Q4A, (8, 2, 8))
+    d, m = p.s[:, 0], p.s[:, 1]
     assert np.array_equal(m, d * np.float32(-8))
     back = Q.dequantize(p)
     err = np.abs(_blocks(back - w))

@@ -2,7 +2,8 @@
 
 Every layout is row-major: ``n`` rows (output features) of ``k`` columns
 (input features), ``k`` a multiple of 32.  Quantized rows are cut into blocks
-of 32 input elements; ``s`` holds float32 scales ``[n, k // 32, S]``.
+of 32 input elements; ``s`` holds float32 scales ``[n, S, k // 32]`` (each
+kind of scale in a row of its own, so the kernels load eight blocks' at once).
 
 FMT_Q4A (4-bit affine), ``q`` uint8 ``[n, k // 2]``, S = 2 (d, m):
     16 bytes per block; byte i holds element i in its low nibble and element
@@ -46,7 +47,7 @@ class Packed:
     n: int  # rows (output features)
     k: int  # columns (input features), a multiple of 32
     q: np.ndarray  # Q4A: uint8 [n, k//2]; Q8: int8 [n, k]; BF16: uint16 [n, k]
-    s: np.ndarray  # float32 [n, k//32, S]; empty for BF16
+    s: np.ndarray  # float32 [n, S, k//32]; empty for BF16
 
 
 def nbytes(p: Packed) -> int:
@@ -68,13 +69,13 @@ def _nibbles_to_q4a(v: np.ndarray) -> np.ndarray:
 
 def _q4a(n: int, k: int, qbytes: np.ndarray, d: np.ndarray, m: np.ndarray) -> Packed:
     q = np.ascontiguousarray(qbytes, dtype=np.uint8).reshape(n, k // 2)
-    s = np.ascontiguousarray(np.stack([d, m], axis=-1), dtype=_F32).reshape(n, k // 32, 2)
+    s = np.ascontiguousarray(np.stack([d.reshape(n, -1), m.reshape(n, -1)], axis=1), dtype=_F32)
     return Packed(FMT_Q4A, 0, n, k, q, s)
 
 
 def _q8(n: int, k: int, flags: int, qvals: np.ndarray, scales: list[np.ndarray]) -> Packed:
     q = np.ascontiguousarray(qvals, dtype=np.int8).reshape(n, k)
-    s = np.ascontiguousarray(np.stack(scales, axis=-1), dtype=_F32).reshape(n, k // 32, len(scales))
+    s = np.ascontiguousarray(np.stack([x.reshape(n, -1) for x in scales], axis=1), dtype=_F32)
     return Packed(FMT_Q8, flags, n, k, q, s)
 
 
@@ -235,7 +236,7 @@ def dequantize(p: Packed) -> np.ndarray:
     n, k = p.n, p.k
     if p.fmt == FMT_BF16:
         return (p.q.astype(np.uint32) << np.uint32(16)).view(_F32).reshape(n, k)
-    s = p.s.reshape(n, k // 32, -1)
+    s = p.s.transpose(0, 2, 1)                     # [n, nb, S]
     if p.fmt == FMT_Q4A:
         qb = p.q.reshape(n, k // 32, 16)
         v = np.concatenate([qb & 0x0F, qb >> 4], axis=-1).astype(_F32)

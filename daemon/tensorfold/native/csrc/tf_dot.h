@@ -8,10 +8,10 @@ typedef struct {
     int32_t rows, k;
     int8_t *q;            /* rows * k */
     float *s;             /* rows * k/32 */
-    int32_t *sum;         /* rows * k/32 */
+    float *sum;           /* rows * k/32: the sum of each block's q (exact) */
 } tf_acts;
 
-void tf_quantize_row(const float *x, int k, int8_t *q, float *s, int32_t *sum);
+void tf_quantize_row(const float *x, int k, int8_t *q, float *s, float *sum);
 /* y[r, n] (row stride ldy) = dot of row r with output n, for n in [n0, n1); no bias.
  * Quantized formats read `a`; TF_BF16 reads the fp32 rows `x`. */
 void tf_dot_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, const float *x, float *y, int ldy);

@@ -9,8 +9,8 @@
  *              amax is 0), sum = sum of q.
  *   int8 dot   per block b: p[l] = sum of the 4 products of elements 4l..4l+3
  *              (exact int32); acc[l] = fma(p[l], xs_b * wd_b(l), acc[l]);
- *              with a min term mac = fma(sum_b, xs_b * wm_b, mac);
- *              result = tree8(acc) + mac (+ bias).
+ *              with a min term mac[b % 8] = fma(sum_b, xs_b * wm_b, mac[b % 8]);
+ *              result = tree8(acc) + tree8(mac) (+ bias).
  */
 #ifndef TF_KERNELS_H
 #define TF_KERNELS_H
@@ -26,7 +26,7 @@ typedef struct {
     int32_t n;            /* outputs */
     int32_t k;            /* inputs (a multiple of 32) */
     const uint8_t *q;     /* Q4A: n*k/2 nibble bytes; Q8: n*k int8; BF16: n*k uint16 */
-    const float *s;       /* per output, per block of 32: Q4A (d, m); Q8 (d0[, d1][, m]) */
+    const float *s;       /* per output, planar [S][k/32]: Q4A d, m; Q8 d0[, d1][, m] */
     const float *bias;    /* n floats or NULL */
 } tf_weight;
 

@@ -67,7 +67,7 @@ static void dot_job(void *p, int ith, int nth) {
 typedef struct {
     int8_t *q;
     float *s;
-    int32_t *sum;
+    float *sum;
     float *tmp;
 } lin_scratch;
 
@@ -92,7 +92,7 @@ static void linear(const tf_weight *const *parts, int nparts, const float *x, in
 static int alloc_scratch(lin_scratch *sc, int64_t rows, int64_t k, int64_t outs) {
     sc->q = malloc((size_t)(rows * k));
     sc->s = malloc(sizeof(float) * (size_t)(rows * (k / 32)));
-    sc->sum = malloc(sizeof(int32_t) * (size_t)(rows * (k / 32)));
+    sc->sum = malloc(sizeof(float) * (size_t)(rows * (k / 32)));
     sc->tmp = malloc(sizeof(float) * (size_t)outs);
     return sc->q && sc->s && sc->sum && sc->tmp;
 }
