@@ -9,6 +9,7 @@ cancellation) aborts the request at the engine's next round.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -67,6 +68,10 @@ class EngineClient:
             lanes=lanes, num_blocks=plan.num_blocks, block_size=plan.block_size,
             prefill_chunk=config.prefill_chunk, background_chunk=config.background_chunk,
             decode_share=config.decode_share), drafter=self.drafter)
+        # Everything loaded so far lives as long as the server: keep it out of the
+        # collector's walks, which otherwise cost a decode round ~10% of its time.
+        gc.collect()
+        gc.freeze()
 
     def _drafter(self, config: EngineConfig, plan: KVPlan) -> DraftModelDrafter:
         """Load --draft-model; refuse it unless it shares the target's tokenizer."""

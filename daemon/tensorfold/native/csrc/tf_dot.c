@@ -110,6 +110,7 @@ static void rows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, float
 #define TF_INLINE static inline __attribute__((always_inline))
 
 #define TF_UNROLL _Pragma("GCC unroll 4")
+#define TF_AHEAD 4                  /* tiles of weights prefetched ahead */
 
 /* Eight blocks' values from b0; lanes past nb read as zeros (a zero scale and
  * sum leave a lane as it is). */
@@ -127,6 +128,15 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, i
     TF_UNROLL for (int t = 0; t < NT; t++) {                                                        \
         sc[t] = scales_of(w, n0 + t);                                                               \
         TF_UNROLL for (int r = 0; r < RT; r++) acc[t][r] = mac[t][r] = _mm256_setzero_ps();         \
+    }                                                                                               \
+    {   /* the weights a few tiles ahead: their lines arrive while this tile computes */          \
+        int64_t ahead = n0 + (int64_t)NT * TF_AHEAD, qb = (Q4 ? 16 : 32) * (int64_t)nb;            \
+        int64_t sb = (int64_t)(2 + (Q4 ? 0 : TWO + MIN - 1)) * nb * 4;                              \
+        if (ahead + NT <= w->n) {                                                                   \
+            const char *pq = (const char *)w->q + ahead * qb, *ps = (const char *)(w->s) + ahead * sb; \
+            for (int64_t o = 0; o < NT * qb; o += 64) _mm_prefetch(pq + o, _MM_HINT_T0);            \
+            for (int64_t o = 0; o < NT * sb; o += 64) _mm_prefetch(ps + o, _MM_HINT_T0);            \
+        }                                                                                           \
     }                                                                                               \
     const __m128i m4 = _mm_set1_epi8(15);                                                           \
     const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);                                 \

@@ -193,7 +193,7 @@ static void attn_job(void *p, int ith, int nth) {
     int maxpos = 0;
     for (int64_t i = a; i < b; i++) maxpos = MAX(maxpos, t->pos[i / t->kv_heads]);
     int G = t->heads / t->kv_heads;
-    float *scratch = malloc(sizeof(float) * ((size_t)G * (maxpos + 1) + (size_t)(G + 1) * t->head_dim));
+    float *scratch = malloc(sizeof(float) * ((size_t)G * (maxpos + 1) + (size_t)(G + t->block_size) * t->head_dim));
     if (!scratch) abort();
     for (int64_t i = a; i < b; i++) tf_attend(t, (int)(i / t->kv_heads), (int)(i % t->kv_heads), scratch);
     free(scratch);

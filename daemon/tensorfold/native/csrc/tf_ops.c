@@ -13,8 +13,51 @@
 #define TF_X86 1
 #endif
 
+/* Vector-width clones of the plain-C loops (lanes are written out, so every
+ * clone computes the same bits; only the speed differs). */
+#if defined(TF_X86) && defined(__linux__) && defined(__GNUC__)
+#define TF_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TF_CLONES
+#endif
+
 static inline float tree8(const float *a) {
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* Eight fp32 lanes (GCC/clang vector extension: lane-wise IEEE operations). */
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f load8(const float *p) {
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* lanes8 dot product of n (a multiple of 8) elements */
+static inline float dot8(const float *a, const float *b, int n) {
+    v8f acc = {0};
+    for (int i = 0; i < n; i += 8) acc = acc + load8(a + i) * load8(b + i);
+    float t[8];
+    memcpy(t, &acc, sizeof t);
+    return tree8(t);
+}
+
+/* dot8 of a with four consecutive rows of b (row stride n): four independent chains */
+static inline void dot8x4(const float *a, const float *b, int n, float *out) {
+    v8f c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+    for (int i = 0; i < n; i += 8) {
+        v8f x = load8(a + i);
+        c0 = c0 + x * load8(b + i);
+        c1 = c1 + x * load8(b + n + i);
+        c2 = c2 + x * load8(b + 2 * n + i);
+        c3 = c3 + x * load8(b + 3 * n + i);
+    }
+    float t[8];
+    memcpy(t, &c0, sizeof t); out[0] = tree8(t);
+    memcpy(t, &c1, sizeof t); out[1] = tree8(t);
+    memcpy(t, &c2, sizeof t); out[2] = tree8(t);
+    memcpy(t, &c3, sizeof t); out[3] = tree8(t);
 }
 
 /* ---------------------------------------------------------------- exp, silu */
@@ -30,7 +73,7 @@ static inline float tree8(const float *a) {
 
 /* exp from correctly rounded +,-,* only (no fma): within 1 ulp on [-87, 88];
  * inputs clamp to [-88, 88] and exp(-88) is exactly +0. */
-float tf_exp(float x) {
+static inline float exp_(float x) {
     if (x != x) return x;
     x = x < -88.0f ? -88.0f : (x > 88.0f ? 88.0f : x);
     float n = (x * LOG2E + 12582912.0f) - 12582912.0f;
@@ -50,20 +93,19 @@ float tf_exp(float x) {
     return p * scale;
 }
 
-void tf_silu_mul(const float *g, const float *u, float *out, int64_t n) {
+float tf_exp(float x) { return exp_(x); }
+
+TF_CLONES void tf_silu_mul(const float *g, const float *u, float *out, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
-        float e = tf_exp(-g[i]) + 1.0f;
+        float e = exp_(-g[i]) + 1.0f;
         out[i] = (g[i] / e) * u[i];
     }
 }
 
 /* ---------------------------------------------------------------- norm, rope */
 
-void tf_rms_norm(const float *x, const float *w, float eps, int k, float *out) {
-    float acc[8] = {0};
-    for (int i = 0; i < k; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] = acc[l] + x[i + l] * x[i + l];
-    float r = 1.0f / sqrtf(tree8(acc) / (float)k + eps);
+TF_CLONES void tf_rms_norm(const float *x, const float *w, float eps, int k, float *out) {
+    float r = 1.0f / sqrtf(dot8(x, x, k) / (float)k + eps);
     for (int i = 0; i < k; i++) out[i] = (x[i] * r) * w[i];
 }
 
@@ -146,43 +188,51 @@ void tf_set_soft_h2f(int soft) {
 
 /* ---------------------------------------------------------------- attention */
 
+static inline void prefetch(const uint16_t *p, int n) {      /* the next block's lines, while this one runs */
+    for (int i = 0; i < n; i += 32) __builtin_prefetch(p + i);
+}
+
 /* One query row and one kv head: the G query heads that share it.
- * q [G * d] (scaled), out [G * d].  Keys 0..pos of the row's sequence. */
-void tf_attend(const tf_attn *t, int row, int kvh, float *scratch) {
+ * Keys 0..pos of the row's sequence, converted to fp32 a block at a time. */
+TF_CLONES void tf_attend(const tf_attn *t, int row, int kvh, float *scratch) {
     int d = t->head_dim, G = t->heads / t->kv_heads, B = t->block_size, pos = t->pos[row];
     int L = pos + 1;
     const int32_t *table = t->tables + t->tab_off[row];
     float *s = scratch;                  /* [G, L] */
-    float *kb = s + (int64_t)G * L;      /* [d] */
-    float *o = kb + d;                   /* [G, d] */
+    float *kb = s + (int64_t)G * L;      /* [B, d] */
+    float *o = kb + (int64_t)B * d;      /* [G, d] */
     const float *q = t->q + (int64_t)row * t->q_stride + kvh * G * d;
-    for (int j = 0; j < L; j++) {
-        const uint16_t *kj = t->k + (int64_t)table[j / B] * t->block_stride + ((int64_t)kvh * B + j % B) * d;
-        tf_h2f_row(kj, kb, d);
+    for (int j0 = 0; j0 < L; j0 += B) {
+        int nj = L - j0 < B ? L - j0 : B;
+        if (j0 + B < L) prefetch(t->k + (int64_t)table[j0 / B + 1] * t->block_stride + (int64_t)kvh * B * d, B * d);
+        tf_h2f_row(t->k + (int64_t)table[j0 / B] * t->block_stride + (int64_t)kvh * B * d, kb, nj * d);
         for (int g = 0; g < G; g++) {
-            const float *qg = q + g * d;
-            float acc[8] = {0};
-            for (int i = 0; i < d; i += 8)
-                for (int l = 0; l < 8; l++) acc[l] = acc[l] + qg[i + l] * kb[i + l];
-            s[(int64_t)g * L + j] = tree8(acc);
+            float *sg = s + (int64_t)g * L + j0;
+            int j = 0;
+            for (; j + 4 <= nj; j += 4) dot8x4(q + g * d, kb + (int64_t)j * d, d, sg + j);
+            for (; j < nj; j++) sg[j] = dot8(q + g * d, kb + (int64_t)j * d, d);
         }
     }
     float den[64];
     for (int g = 0; g < G; g++) {
         float *sg = s + (int64_t)g * L, mx = sg[0];
         for (int j = 1; j < L; j++) mx = sg[j] > mx ? sg[j] : mx;
+        for (int j = 0; j < L; j++) sg[j] = exp_(sg[j] - mx);
         float sum = 0.0f;
-        for (int j = 0; j < L; j++) { sg[j] = tf_exp(sg[j] - mx); sum = sum + sg[j]; }
+        for (int j = 0; j < L; j++) sum = sum + sg[j];
         den[g] = sum;
     }
     memset(o, 0, sizeof(float) * G * d);
-    for (int j = 0; j < L; j++) {
-        const uint16_t *vj = t->v + (int64_t)table[j / B] * t->block_stride + ((int64_t)kvh * B + j % B) * d;
-        tf_h2f_row(vj, kb, d);
-        for (int g = 0; g < G; g++) {
-            float wgt = s[(int64_t)g * L + j], *og = o + g * d;
-            for (int i = 0; i < d; i++) og[i] = og[i] + wgt * kb[i];
-        }
+    for (int j0 = 0; j0 < L; j0 += B) {
+        int nj = L - j0 < B ? L - j0 : B;
+        if (j0 + B < L) prefetch(t->v + (int64_t)table[j0 / B + 1] * t->block_stride + (int64_t)kvh * B * d, B * d);
+        tf_h2f_row(t->v + (int64_t)table[j0 / B] * t->block_stride + (int64_t)kvh * B * d, kb, nj * d);
+        for (int j = 0; j < nj; j++)
+            for (int g = 0; g < G; g++) {
+                float wgt = s[(int64_t)g * L + j0 + j], *og = o + g * d;
+                const float *vj = kb + (int64_t)j * d;
+                for (int i = 0; i < d; i++) og[i] = og[i] + wgt * vj[i];
+            }
     }
     float *dst = t->out + (int64_t)row * t->out_stride + kvh * G * d;
     for (int g = 0; g < G; g++)

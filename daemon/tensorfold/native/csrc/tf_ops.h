@@ -23,7 +23,7 @@ uint16_t tf_f2h(float f);
 float tf_h2f(uint16_t h);
 void tf_h2f_row(const uint16_t *h, float *f, int n);
 void tf_set_soft_h2f(int soft);
-/* scratch: (heads/kv_heads) * (pos+1) + (1 + heads/kv_heads) * head_dim floats */
+/* scratch: (heads/kv_heads) * (pos+1) + (block_size + heads/kv_heads) * head_dim floats */
 void tf_attend(const tf_attn *t, int row, int kvh, float *scratch);
 
 #endif
