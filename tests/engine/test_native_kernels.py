@@ -191,7 +191,7 @@ def quantize_acts_np(x: np.ndarray) -> np.ndarray:
 def weight_min(p: Q.Packed) -> np.ndarray:
     """The per-block additive term m of each weight element (0 when the format has none)."""
     if p.fmt == Q.FMT_Q4A or (p.fmt == Q.FMT_Q8 and p.flags & Q.HAS_MIN):
-        return np.repeat(p.s[..., -1], 32, axis=-1).reshape(p.n, p.k)
+        return np.repeat(p.s[:, -1, :], 32, axis=-1)         # s is planar [n, S, k/32]; m is last
     return np.zeros((p.n, p.k), F32)
 
 
@@ -425,11 +425,13 @@ def test_forward_logits_identical_however_run(folders, arch, weights):
         assert_same(step[1:], other_alone[p - 20:p - 19], f"the other sequence's decode at {p - 20}")
     assert_same(torch.cat(rows), whole, "prefill 40 then decode")
 
-    # thread count, instruction set, fp16 conversion path
-    use_threads(2)
-    assert_same(prefill(r, tokens, A), whole, "2 threads")
-    assert_same(prefill(r, tokens, A, 7), whole, "2 threads, chunks of 7")
-    use_threads(1)
+    # thread count (the model's own count, out of the shared pool), instruction set, fp16 conversion
+    use_threads(3)
+    for n in (2, 3):
+        r.model.struct.threads = n
+        assert_same(prefill(r, tokens, A), whole, f"{n} threads")
+        assert_same(prefill(r, tokens, A, 7), whole, f"{n} threads, chunks of 7")
+    r.model.struct.threads = 1
     use_isa(0)
     assert_same(prefill(r, tokens, A), whole, "scalar ISA")
     use_isa(L.tf_best_isa())

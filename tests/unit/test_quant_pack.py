@@ -12,6 +12,8 @@ from tensorfold.native import quant as Q
 FP16_FIELDS = {
     QT.Q4_0: [0],
     QT.Q4_1: [0, 2],
+    QT.Q5_0: [0],
+    QT.Q5_1: [0, 2],
     QT.Q8_0: [0],
     QT.Q4_K: [0, 2],
     QT.Q5_K: [0, 2],
@@ -48,8 +50,8 @@ def test_gguf_repack_matches_gguf_reference(qtype, k):
     ref = gq.dequantize(raw, qtype).reshape(n, k).astype(np.float32)
     assert got.dtype == np.float32 and got.shape == (n, k)
     assert np.all(np.isfinite(ref))
-    if qtype == QT.Q4_0:
-        # gguf computes (q - 8) * d, we compute q * d + (-8 * d).  Both are exact
+    if qtype in (QT.Q4_0, QT.Q5_0):
+        # gguf computes (q - 8) * d, we compute q * d + (-8 * d) (Q5_0: 16).  Both are exact
         # (q * d, 8 * d and (q - 8) * d all fit in float32), so the values are
         # identical; only the sign of zero can differ (q == 8 with d < 0 gives
         # -0.0 in gguf, +0.0 here).  Compare bits with zeros normalised.
@@ -66,6 +68,8 @@ def test_gguf_formats_and_shapes():
         QT.Q4_1: (Q.FMT_Q4A, 0, 2),
         QT.Q4_K: (Q.FMT_Q4A, 0, 2),
         QT.Q8_0: (Q.FMT_Q8, 0, 1),
+        QT.Q5_0: (Q.FMT_Q8, Q.HAS_MIN, 2),
+        QT.Q5_1: (Q.FMT_Q8, Q.HAS_MIN, 2),
         QT.Q5_K: (Q.FMT_Q8, Q.HAS_MIN, 2),
         QT.Q6_K: (Q.FMT_Q8, Q.TWO_SCALES, 2),
     }
@@ -244,7 +248,7 @@ def test_quantize_bf16():
 
 
 def test_unsupported_type_raises():
-    with pytest.raises(ValueError, match="Q2_K.*not supported.*Q4_0, Q4_1, Q8_0"):
+    with pytest.raises(ValueError, match="Q2_K.*not supported.*Q4_0, Q4_1, Q5_0, Q5_1, Q8_0"):
         Q.pack_gguf(QT.Q2_K, np.zeros((1, 84), np.uint8), 1, 256)
     with pytest.raises(ValueError, match="not supported"):
         Q.pack_gguf(QT.IQ4_XS, np.zeros((1, 136), np.uint8), 1, 256)

@@ -18,7 +18,7 @@ FMT_Q8, ``q`` int8 ``[n, k]``, S = 1 + TWO_SCALES + HAS_MIN, scales (d0[, d1][, 
 FMT_BF16, ``q`` uint16 ``[n, k]`` bf16 bit patterns, ``s`` empty float32.
 
 ``pack_gguf`` repacks GGUF tensors losslessly (Q4_0, Q4_1, Q4_K -> Q4A;
-Q8_0, Q5_K, Q6_K -> Q8; float tensors are quantized with ``quantize_float``).
+Q8_0, Q5_0, Q5_1, Q5_K, Q6_K -> Q8; float tensors are quantized with ``quantize_float``).
 ``dequantize`` is the float32 reference the C kernels are tested against.
 """
 
@@ -37,7 +37,7 @@ DEFAULT_FLOAT_KIND = "q8_0"
 FLOAT_KINDS = ("q8_0", "q4_0", "bf16")
 
 _F32 = np.float32
-_SUPPORTED = "Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, F32, F16, BF16"
+_SUPPORTED = "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, F32, F16, BF16"
 
 
 @dataclass
@@ -184,7 +184,25 @@ def _from_q6_k(blk, n, k):  # 210 bytes: 128 ql, 64 qh, 16 int8 scales, fp16 d
     return _q8(n, k, TWO_SCALES, q, [ds[..., 0], ds[..., 1]])
 
 
+def _q5_values(qh: np.ndarray, qs: np.ndarray) -> np.ndarray:
+    """Q5_0/Q5_1: 4 qh bytes (bit e: bit 4 of element e) and 16 nibble bytes -> values [..., 32]."""
+    bits = (qh.copy().view(np.uint32)[..., 0:1] >> np.arange(32, dtype=np.uint32)) & 1
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1) | (bits.astype(np.uint8) << np.uint8(4))
+
+
+def _from_q5_0(blk, n, k):  # block: fp16 d, 4 bytes qh, 16 nibble bytes; value = d * (q - 16)
+    d = _f16(blk[..., 0:2])
+    return _q8(n, k, HAS_MIN, _q5_values(blk[..., 2:6], blk[..., 6:22]).view(np.int8), [d, d * _F32(-16)])
+
+
+def _from_q5_1(blk, n, k):  # block: fp16 d, fp16 m, 4 bytes qh, 16 nibble bytes; value = d * q + m
+    q = _q5_values(blk[..., 4:8], blk[..., 8:24]).view(np.int8)
+    return _q8(n, k, HAS_MIN, q, [_f16(blk[..., 0:2]), _f16(blk[..., 2:4])])
+
+
 _GGUF_HANDLERS = {
+    QT.Q5_0: _from_q5_0,
+    QT.Q5_1: _from_q5_1,
     QT.Q4_0: _from_q4_0,
     QT.Q4_1: _from_q4_1,
     QT.Q8_0: _from_q8_0,
