@@ -99,7 +99,6 @@ def test_linear_rows_are_invariant(dtype, threads, shape):
     out_f, in_f = shape
     w = rand(out_f, in_f, dtype=dtype, g=g, scale=in_f ** -0.5)
     x = rand(300, in_f, dtype=dtype, g=g)
-    K.reset_linear_plans()
     check_rowwise(lambda t: K.linear(t, w), x, g)
 
 
@@ -112,45 +111,16 @@ def test_linear_bias_and_lead_dims(dtype, threads):
     assert same(K.linear(x.view(4, 25, 64), w, b).view(100, 48), K.linear(x, w, b))
 
 
-@pytest.mark.parametrize("mode", ["onednn", "mkl", None])
-def test_linear_packing_modes(dtype, threads, mode):
-    if mode is not None and not K._PACKERS.get(mode):
-        pytest.skip(f"{mode} packing not in this build")
-    g = gen(13)
-    w = rand(1536, 576, dtype=dtype, g=g, scale=576 ** -0.5)
-    b = rand(1536, dtype=dtype, g=g)
-    x = rand(80, 576, dtype=dtype, g=g)
-    default = K._pack
-    try:
-        K.set_linear_packing(mode)
-        check_rowwise(lambda t: K.linear(t, w, b), x, g, max_rows=20)
-    finally:
-        K.set_linear_packing(default)
-
-
 @pytest.mark.parametrize("tile", [1, 5])
-def test_linear_other_tiles(dtype, threads, tile):
+def test_linear_other_tiles(dtype, tile):
+    # one thread: on the CPU (now only the float32 reference; serving runs the
+    # native kernels) MKL splits odd-sized tiles across threads by slot
+    torch.set_num_threads(1)
     g = gen(12)
     w = rand(1536, 576, dtype=dtype, g=g, scale=576 ** -0.5)
     x = rand(64, 576, dtype=dtype, g=g)
     check_rowwise(lambda t: K.linear(t, w, tile=tile), x, g, max_rows=12)
     assert K.linear(x[:0], w, tile=tile).shape == (0, 1536)
-
-
-def test_linear_probe_then_direct(dtype, threads):
-    """Whatever the probe decides per shape, linear stays row-invariant over
-    the call sizes it may then issue."""
-    g = gen(3)
-    shapes = [(192, 576), (576, 1536)]
-    try:
-        verdict = K.probe_linear_invariance(shapes, dtype, max_rows=64)
-        assert set(verdict) == set(shapes)
-        for out_f, in_f in shapes:
-            w = rand(out_f, in_f, dtype=dtype, g=g, scale=in_f ** -0.5)
-            x = rand(100, in_f, dtype=dtype, g=g)
-            check_rowwise(lambda t: K.linear(t, w), x, g, max_rows=24)
-    finally:
-        K.reset_linear_plans()
 
 
 def test_linear_accuracy(dtype):

@@ -1,4 +1,8 @@
-"""The few tensor operations the model files share, made shape-invariant.
+"""The few tensor operations the torch model files share, made shape-invariant.
+
+The torch backend serves CUDA (the CPU serves on the native kernels,
+tensorfold.native) and is the float32 reference the CPU engine is measured
+against.
 
 Every model family computes its linears, norms, activations and attention
 through these, so the engine's exactness rule lives in one place: a row's
@@ -28,14 +32,10 @@ How each operation gets there:
 
 from __future__ import annotations
 
-import logging
 import math
-import weakref
 
 import torch
 import torch.nn.functional as F
-
-log = logging.getLogger(__name__)
 
 # These sizes fix the shapes of every library call, hence the bits of every
 # result: set them once, before the first forward, and keep them for the
@@ -49,9 +49,6 @@ LINEAR_TILE = 16
 # blocks: max(1, ATTN_KEY_CHUNK // B) blocks of B positions).
 ATTN_ROW_TILE = 8
 ATTN_KEY_CHUNK = 256
-# Largest row count a "direct" (probed) linear call may carry; bigger calls
-# are cut into pieces of this size so that only probed shapes ever run.
-DIRECT_MAX_ROWS = 256
 
 _NEG_INF = float("-inf")
 
@@ -59,84 +56,6 @@ _NEG_INF = float("-inf")
 # --------------------------------------------------------------------------
 # linear
 # --------------------------------------------------------------------------
-
-# (out, in, dtype, device type, threads) -> max rows of a direct call; keys
-# absent mean "tiled".  Filled by probe_linear_invariance.
-_DIRECT: dict[tuple, int] = {}
-# (id(weight), tile) -> (weakref to weight, prepacked weight)
-_PACKED: dict[tuple[int, int], tuple[weakref.ref, torch.Tensor]] = {}
-_PACK_MIN = 1 << 18          # smaller weights: the packed call's overhead outweighs its gain
-
-
-def _available(namespace: str, *ops: str) -> bool:
-    try:
-        backend = getattr(torch.backends, namespace)
-        return backend.is_available() and all(hasattr(getattr(torch.ops, namespace), op) for op in ops)
-    except Exception:  # pragma: no cover - exotic builds
-        return False
-
-
-_PACKERS = {
-    "onednn": _available("mkldnn", "_reorder_linear_weight", "_linear_pointwise"),
-    "mkl": _available("mkl", "_mkl_reorder_linear_weight", "_mkl_linear"),
-}
-_pack: str | None = "onednn" if _PACKERS["onednn"] else None
-
-
-def set_linear_packing(mode: str | None) -> None:
-    """How the fixed linear tiles run on CPU:
-
-    "onednn" (default): weights prepacked once in oneDNN's blocked layout
-        (fp32 and bf16; one extra copy of each weight, same size).
-    "mkl": fp32 weights packed by MKL's sgemm_pack (fp32 tiles about 20%
-        faster than "onednn", but the packed copies are 2x to 9x the
-        weight's size: about 2.2 GB extra for SmolLM2-135M).
-    None: plain F.linear on each tile (no extra memory, slowest).
-
-    Packed and unpacked tiles need not round alike: choose once, before the
-    first forward, and keep it for the server's life."""
-    global _pack
-    if mode is not None and not _PACKERS.get(mode):
-        raise ValueError(f"linear packing {mode!r} is not available in this torch build")
-    _pack = mode
-    _PACKED.clear()
-
-
-def _packed(weight: torch.Tensor, tile: int) -> torch.Tensor | None:
-    mode = _pack
-    if mode is None or weight.device.type != "cpu" or weight.dim() != 2 or weight.numel() < _PACK_MIN:
-        return None
-    if weight.dtype != torch.float32 and not (mode == "onednn" and weight.dtype == torch.bfloat16):
-        return None
-    key = (id(weight), tile)
-    hit = _PACKED.get(key)
-    if hit is not None and hit[0]() is weight:
-        return hit[1]
-    try:
-        with torch.inference_mode():
-            w = weight.contiguous()
-            packed = (torch.ops.mkldnn._reorder_linear_weight(w, tile) if mode == "onednn"
-                      else torch.ops.mkl._mkl_reorder_linear_weight(w, tile))
-    except Exception:  # pragma: no cover - op refused at run time
-        return None
-    _PACKED[key] = (weakref.ref(weight), packed)
-    weakref.finalize(weight, _PACKED.pop, key, None)
-    return packed
-
-
-def _tile_matmul(tile: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """One library matmul on exactly tile.shape[0] rows."""
-    packed = _packed(weight, tile.shape[0])
-    if packed is None:
-        return F.linear(tile, weight, bias)
-    if _pack == "mkl":
-        return torch.ops.mkl._mkl_linear(tile, packed, weight, bias, tile.shape[0])
-    return torch.ops.mkldnn._linear_pointwise(tile, packed, bias, "none", [], "")
-
-
-def _plan_key(weight: torch.Tensor) -> tuple:
-    return (weight.shape[0], weight.shape[1], weight.dtype, weight.device.type, torch.get_num_threads())
-
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            tile: int | None = None) -> torch.Tensor:
@@ -146,22 +65,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     the last padded with zeros, every tile 64-byte aligned), so the library
     always sees one shape for this weight.  The tile is a per-weight choice:
     pass the same value on every call with this weight (e.g. a smaller tile
-    for a memory-bound lm head that sees few rows).  A weight whose shape a
-    probe found M-invariant (probe_linear_invariance) is called directly
-    instead, in pieces of at most the probed row count.
+    for a memory-bound lm head that sees few rows).
     """
     lead = x.shape[:-1]
     x = x.reshape(-1, x.shape[-1])
     rows = x.shape[0]
     if rows == 0:
         return x.new_empty((*lead, weight.shape[0]))
-    direct = _DIRECT.get(_plan_key(weight))
-    if direct is not None:
-        if rows <= direct:
-            out = F.linear(x, weight, bias)
-        else:
-            out = torch.cat([F.linear(x[s:s + direct], weight, bias) for s in range(0, rows, direct)])
-        return out.reshape(*lead, -1)
     T = tile or LINEAR_TILE
     tiles = -(-rows // T)
     step_aligned = (T * x.shape[1] * x.element_size()) % 64 == 0
@@ -171,72 +81,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         xp = x.new_zeros((tiles * T, x.shape[1]))
         xp[:rows] = x
     if not step_aligned:  # each tile gets its own aligned buffer
-        parts = [_tile_matmul(xp[t * T:(t + 1) * T].clone(), weight, bias) for t in range(tiles)]
+        parts = [F.linear(xp[t * T:(t + 1) * T].clone(), weight, bias) for t in range(tiles)]
     else:
-        parts = [_tile_matmul(xp[t * T:(t + 1) * T], weight, bias) for t in range(tiles)]
+        parts = [F.linear(xp[t * T:(t + 1) * T], weight, bias) for t in range(tiles)]
     out = parts[0] if tiles == 1 else torch.cat(parts)
     return out[:rows].reshape(*lead, -1)
-
-
-def probe_linear_invariance(weight_shapes, dtype: torch.dtype, device: str | torch.device = "cpu",
-                            max_rows: int = DIRECT_MAX_ROWS, probe_rows: int = 128,
-                            seed: int = 0) -> dict[tuple[int, int], bool]:
-    """Decide, per weight shape, whether the library matmul is row-invariant
-    here (this dtype, device and the current thread count) and may be called
-    directly; otherwise linear() keeps the fixed tiles.
-
-    weight_shapes: iterable of (out, in).  For each shape, with a random
-    weight, the first `probe_rows` of some random rows are multiplied one
-    row per call and in consecutive calls of every row count 1..40 and 48,
-    64, 96, 128, 192, 256 (up to max_rows), plus calls starting at an odd
-    row (unaligned); every row must be bitwise equal to the same row in one
-    max_rows-row call.  Differences can be rare (bf16 outputs hide most
-    accumulator differences: about 1 element in 8000 for the 1-row path of
-    a 1536-wide bf16 weight here), hence the many rows.  A passing shape's
-    direct calls are cut into pieces of at most max_rows rows, so only
-    probed call sizes ever run.  This is evidence from a sample, not a
-    construction: shapes not probed, or failing, keep the tiles.
-    """
-    device = torch.device(device)
-    threads = torch.get_num_threads()
-    counts = sorted({m for m in list(range(1, 41)) + [48, 64, 96, 128, 192, 256] if m <= max_rows} | {max_rows})
-    top = counts[-1]
-    span = max(1, min(probe_rows, top))
-    gen = torch.Generator().manual_seed(seed)
-    result: dict[tuple[int, int], bool] = {}
-    for shape in dict.fromkeys(tuple(s) for s in weight_shapes):
-        out_f, in_f = shape
-        w = (torch.randn(out_f, in_f, generator=gen) / math.sqrt(in_f)).to(device=device, dtype=dtype)
-        x = torch.randn(top + 1, in_f, generator=gen).to(device=device, dtype=dtype)
-        ok = True
-        with torch.inference_mode():
-            ref = F.linear(x[:top], w)
-            for m in counts:
-                for s in range(0, max(span, m) - m + 1, m):
-                    ok = ok and torch.equal(F.linear(x[s:s + m], w), ref[s:s + m])
-                if not ok:
-                    break
-            if ok:
-                shifted = F.linear(x[1:top + 1], w)
-                ok = all(torch.equal(F.linear(x[1:m + 1], w), shifted[:m]) for m in (1, 2, 3, 7, 16, 17, 33)
-                         if m < top)
-        result[shape] = ok
-        key = (out_f, in_f, dtype, device.type, threads)
-        if ok:
-            _DIRECT[key] = top
-        else:
-            _DIRECT.pop(key, None)
-    direct = [f"{o}x{i}" for (o, i), ok in result.items() if ok]
-    tiled = [f"{o}x{i}" for (o, i), ok in result.items() if not ok]
-    log.info("linear invariance probe (%s, %s, %d threads): direct %s; tiled %s",
-             str(dtype).removeprefix("torch."), device.type, threads,
-             ", ".join(direct) or "none", ", ".join(tiled) or "none")
-    return result
-
-
-def reset_linear_plans() -> None:
-    """Forget every probe decision: all linears go back to fixed tiles."""
-    _DIRECT.clear()
 
 
 # --------------------------------------------------------------------------

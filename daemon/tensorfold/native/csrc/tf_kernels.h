@@ -18,16 +18,29 @@
 #include <stdint.h>
 
 enum { TF_Q4A = 1, TF_Q8 = 2, TF_BF16 = 3 };
-enum { TF_TWO_SCALES = 1, TF_HAS_MIN = 2 };
+/* flags.  Values: TF_HIGH (Q4A only) adds a fifth bit to each nibble.  Scale
+ * encodings (at most one; none: fp32 planes): TF_HALF stores the planes as
+ * fp16; TF_SUPER stores int8 codes and one fp32 super-scale per 8 blocks, the
+ * scale being super * (float)code.  Both decode to exactly the fp32 scales the
+ * definitions above use (the packer only chooses them where they are exact). */
+enum { TF_TWO_SCALES = 1, TF_HAS_MIN = 2, TF_HIGH = 4, TF_HALF = 8, TF_SUPER = 16 };
 
+/* A quantized weight: n outputs of k inputs, in blocks of 32 inputs (nb = k/32).
+ * The scales are planar per output, S planes of nb: Q4A: d, m (S = 2); Q8: d0[, d1][, m]
+ * (S = 1 + TWO_SCALES + HAS_MIN).  Element e (0..31) of a block has the value
+ * q * (e < 16 ? d0 : d1) (+ m), one fp32 multiply then one fp32 add. */
 typedef struct {
     int32_t fmt;          /* TF_Q4A, TF_Q8, TF_BF16 */
-    int32_t flags;        /* TF_Q8: TF_TWO_SCALES (one scale per 16), TF_HAS_MIN */
+    int32_t flags;        /* TF_TWO_SCALES (Q8: one scale per 16), TF_HAS_MIN (Q8), TF_HIGH (Q4A), TF_HALF | TF_SUPER */
     int32_t n;            /* outputs */
     int32_t k;            /* inputs (a multiple of 32) */
-    const uint8_t *q;     /* Q4A: n*k/2 nibble bytes; Q8: n*k int8; BF16: n*k uint16 */
-    const float *s;       /* per output, planar [S][k/32]: Q4A d, m; Q8 d0[, d1][, m] */
+    const uint8_t *q;     /* Q4A: n*nb blocks of 16 bytes, byte i = element i (low nibble), i + 16 (high);
+                             Q8: n*k int8; BF16: n*k uint16 */
+    const void *s;        /* [n][S][nb]: fp32, or fp16 (TF_HALF), or int8 codes (TF_SUPER) */
     const float *bias;    /* n floats or NULL */
+    const uint8_t *qh;    /* TF_HIGH: n*nb blocks of 4 bytes, bit e%8 of byte e/8 = bit 4 of element e
+                             (q = nibble | bit << 4, 0..31); else NULL */
+    const float *sup;     /* TF_SUPER: [n][S][ceil(nb/8)] fp32: blocks 8j..8j+7's scale = sup[j] * code */
 } tf_weight;
 
 /* q, k, v (and gate, up) run as one call: their outputs side by side, each
