@@ -3,7 +3,9 @@
 Everything else is declared in pyproject.toml.  The kernels are plain C11 with
 SIMD paths chosen at run time (AVX2 / AVX-512 VNNI on x86-64, NEON on ARM);
 -ffp-contract=off keeps the compiler from fusing multiply-adds, so every path
-computes the same bits."""
+computes the same bits.  The library is built where an extension module goes
+but defines no module: Python loads it with ctypes (tensorfold/native/lib.py),
+so building it needs a C compiler and no Python headers."""
 
 import sys
 from pathlib import Path

@@ -34,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", type=int, default=512, help="tokens per window")
     p.add_argument("--windows", type=int, default=8, help="windows of the text to score")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for every engine (default: torch's)")
+    p.add_argument("--weights", default="auto", choices=["auto", "q8_0", "q4_0", "bf16"],
+                   help="our weight format for a safetensors checkpoint (a GGUF runs as stored)")
 
 
 def reference_text() -> tuple[str, str]:
@@ -95,7 +97,7 @@ def run_quality_bench(args: argparse.Namespace) -> int:
     if not windows or args.tokens < 2:
         raise SystemExit(f"tensorfold: {name} has fewer than --tokens {args.tokens} tokens (need >= 2)")
 
-    client = EngineClient(folder, EngineConfig(device="cpu", threads=args.threads, parallel=1,
+    client = EngineClient(folder, EngineConfig(device="cpu", threads=args.threads, parallel=1, weights=args.weights,
                                                context=args.tokens))   # its runner; the engine never starts
     ours, reference = client.runner, TorchRunner(folder, dtype="float32", device="cpu")
     block = 32
