@@ -212,11 +212,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from .checkpoints.errors import CheckpointError
+    from .native.lib import NativeMissing
 
     handlers = {"serve": _serve, "pull": _pull, "models": _models, "bench": _bench, "exactness": _exactness}
     try:
         return handlers[args.command](args)
-    except CheckpointError as exc:
+    except (CheckpointError, NativeMissing) as exc:
         print(f"tensorfold: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

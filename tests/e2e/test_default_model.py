@@ -10,7 +10,7 @@ pytestmark = pytest.mark.e2e
 def test_capital_of_france(default_server):
     reply = default_server.client.chat.completions.create(
         model=default_server.model,
-        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        messages=[{"role": "user", "content": "Name the capital of France."}],
         temperature=0,
         max_tokens=32,
     )
@@ -21,7 +21,7 @@ def test_capital_of_france(default_server):
 def test_capital_of_france_streamed(default_server):
     stream = default_server.client.chat.completions.create(
         model=default_server.model,
-        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        messages=[{"role": "user", "content": "Name the capital of France."}],
         temperature=0,
         max_tokens=32,
         stream=True,

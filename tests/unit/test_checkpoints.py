@@ -19,7 +19,7 @@ import torch
 from tensorfold.checkpoints import default as default_mod
 from tensorfold.checkpoints import gguf_convert
 from tensorfold.checkpoints.errors import CheckpointError, TemplateError
-from tensorfold.checkpoints.files import iter_safetensors, read_config, safetensors_files
+from tensorfold.checkpoints.files import iter_safetensors, iter_weights, read_config, safetensors_files
 from tensorfold.checkpoints.resolve import list_cached, resolve_model
 from tensorfold.checkpoints.store import MARKER, is_complete
 
@@ -150,7 +150,8 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path,
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 def test_convert_names_shapes_values(converted: dict, arch: str) -> None:
     folder, expected = converted[arch]
-    got = {name: t.numpy() for name, t in iter_safetensors(folder)}
+    assert (folder / "model.gguf").resolve() == (folder.parent / f"tiny-{arch}.gguf").resolve()
+    got = {name: t.numpy() for name, t in iter_weights(folder)}
     assert sorted(got) == sorted(expected)
     for name, want in expected.items():
         assert got[name].dtype == np.float32, name
@@ -181,11 +182,15 @@ def test_convert_config(converted: dict, arch: str, cls: str) -> None:
 
 
 def test_converted_folder_loads_in_transformers(converted: dict) -> None:
-    from transformers import AutoModelForCausalLM
+    """The folder's config builds the transformers model, and its weights fill it."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     for arch in ("llama", "qwen2", "qwen3"):
         folder, expected = converted[arch]
-        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(folder)), dtype=torch.float32)
+        model.load_state_dict(dict(iter_weights(folder)), strict=False)
+        model.tie_weights()
+        model.eval()
         state = model.state_dict()
         for name, want in expected.items():
             assert torch.equal(state[name], torch.from_numpy(want)), name
@@ -284,7 +289,7 @@ def test_resolve_gguf_converts_once(tmp_path: Path, cache: Path, monkeypatch: py
     assert json.loads((first / MARKER).read_text())["kind"] == "gguf"
     assert resolve_model(str(src)) == first and len(calls) == 1
     assert sorted(p.name for p in first.iterdir()) == sorted([
-        MARKER, "chat_template.jinja", "config.json", "generation_config.json", "model.safetensors",
+        MARKER, "chat_template.jinja", "config.json", "generation_config.json", "model.gguf",
         "tokenizer.json", "tokenizer_config.json"])
     from tensorfold.checkpoints.tokenizer import Tokenizer
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from ...checkpoints.errors import CheckpointError
 from ...checkpoints.files import iter_weights, read_config
 from ...engine.capacity import host_budget
 from .kv import KVPool, Segment
@@ -17,8 +18,8 @@ log = logging.getLogger(__name__)
 DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32}
 
 
-class UnsupportedModel(ValueError):
-    pass
+class UnsupportedModel(CheckpointError, ValueError):
+    """The checkpoint or the settings ask for what this engine cannot run."""
 
 
 def pick_device(name: str) -> torch.device:

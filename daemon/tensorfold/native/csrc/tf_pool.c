@@ -29,9 +29,11 @@ static tf_job cur_job;
 static void *cur_ctx;
 static int cur_nth;
 
+static unsigned start_gen[TF_MAX_THREADS];   /* the job count when worker i was made */
+
 static void *worker(void *arg) {
     int ith = (int)(long)arg;
-    unsigned seen = atomic_load(&generation);
+    unsigned seen = start_gen[ith];             /* read before it ran: a job sent meanwhile is new to it */
     for (;;) {
         unsigned g;
         int spins = 0;
@@ -76,6 +78,7 @@ static int set_threads(int n) {
     stop_workers();
     nthreads = n;
     for (int i = 1; i < n; i++) {
+        start_gen[i] = atomic_load(&generation);
         if (pthread_create(&workers[i - 1], 0, worker, (void *)(long)i) != 0) { nthreads = i; break; }
         started++;
     }
