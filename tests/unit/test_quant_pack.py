@@ -1,5 +1,7 @@
 """Repacking GGUF weights into the C kernels' layouts (tensorfold.native.quant)."""
 
+import ctypes as C
+
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
@@ -45,7 +47,8 @@ def test_gguf_repack_matches_gguf_reference(qtype, k):
     raw = random_raw(qtype, n, k, seed=k + int(qtype))
     p = Q.pack_gguf(qtype, raw, n, k)
     assert p.q.flags.c_contiguous and p.s.flags.c_contiguous
-    assert p.s.dtype == np.float32 and p.s.shape[::2] == (n, k // 32)
+    assert p.s.shape[::2] == (n, k // 32)
+    assert p.s.dtype == {0: np.float32, Q.HALF: np.float16, Q.SUPER: np.int8}[p.flags & Q.ENCODINGS]
     got = Q.dequantize(p)
     ref = gq.dequantize(raw, qtype).reshape(n, k).astype(np.float32)
     assert got.dtype == np.float32 and got.shape == (n, k)
@@ -61,35 +64,81 @@ def test_gguf_repack_matches_gguf_reference(qtype, k):
         assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
-def test_gguf_formats_and_shapes():
-    n, k = 3, 256
-    expect = {
-        QT.Q4_0: (Q.FMT_Q4A, 0, 2),
-        QT.Q4_1: (Q.FMT_Q4A, 0, 2),
-        QT.Q4_K: (Q.FMT_Q4A, 0, 2),
-        QT.Q8_0: (Q.FMT_Q8, 0, 1),
-        QT.Q5_0: (Q.FMT_Q8, Q.HAS_MIN, 2),
-        QT.Q5_1: (Q.FMT_Q8, Q.HAS_MIN, 2),
-        QT.Q5_K: (Q.FMT_Q8, Q.HAS_MIN, 2),
-        QT.Q6_K: (Q.FMT_Q8, Q.TWO_SCALES, 2),
-    }
-    for qtype, (fmt, flags, S) in expect.items():
-        p = Q.pack_gguf(qtype, random_raw(qtype, n, k), n, k)
-        assert (p.fmt, p.flags, p.n, p.k) == (fmt, flags, n, k)
-        assert p.s.shape == (n, S, k // 32)
-        if fmt == Q.FMT_Q4A:
-            assert p.q.dtype == np.uint8 and p.q.shape == (n, k // 2)
-        else:
-            assert p.q.dtype == np.int8 and p.q.shape == (n, k)
-        assert Q.nbytes(p) == p.q.nbytes + p.s.nbytes
+# fmt, flags, S, bytes per 32 weights in memory (GGUF's own in the comment)
+LAYOUTS = {
+    QT.Q4_0: (Q.FMT_Q4A, Q.HALF, 2, 20),                        # 18
+    QT.Q4_1: (Q.FMT_Q4A, Q.HALF, 2, 20),                        # 20
+    QT.Q5_0: (Q.FMT_Q4A, Q.HIGH | Q.HALF, 2, 24),               # 22
+    QT.Q5_1: (Q.FMT_Q4A, Q.HIGH | Q.HALF, 2, 24),               # 24
+    QT.Q8_0: (Q.FMT_Q8, Q.HALF, 1, 34),                         # 34
+    QT.Q4_K: (Q.FMT_Q4A, Q.SUPER, 2, 19),                       # 18
+    QT.Q5_K: (Q.FMT_Q4A, Q.HIGH | Q.SUPER, 2, 23),              # 22
+    QT.Q6_K: (Q.FMT_Q8, Q.TWO_SCALES | Q.SUPER, 2, 35),         # 26.25
+}
+
+
+@pytest.mark.parametrize("qtype", list(LAYOUTS))
+def test_gguf_formats_shapes_and_sizes(qtype):
+    n, k = 3, 512
+    fmt, flags, S, per32 = LAYOUTS[qtype]
+    p = Q.pack_gguf(qtype, random_raw(qtype, n, k), n, k)
+    nb = k // 32
+    assert (p.fmt, p.flags, p.n, p.k) == (fmt, flags, n, k)
+    assert p.s.shape == (n, S, nb)
+    if fmt == Q.FMT_Q4A:
+        assert p.q.dtype == np.uint8 and p.q.shape == (n, k // 2)
+    else:
+        assert p.q.dtype == np.int8 and p.q.shape == (n, k)
+    if flags & Q.HIGH:
+        assert p.qh.dtype == np.uint8 and p.qh.shape == (n, nb * 4) and p.qh.flags.c_contiguous
+    else:
+        assert p.qh is None
+    if flags & Q.SUPER:
+        assert p.sup.dtype == np.float32 and p.sup.shape == (n, S, nb // 8) and p.sup.flags.c_contiguous
+    else:
+        assert p.sup is None
+    assert Q.nbytes(p) == sum(a.nbytes for a in (p.q, p.s, p.qh, p.sup) if a is not None)
+    assert Q.nbytes(p) * 32 == per32 * n * k
+    # the fp32-plane form holds the same values
+    e = Q.expand(p)
+    assert e.s.dtype == np.float32 and e.qh is None and e.sup is None and not e.flags & Q.ENCODINGS
+    assert np.array_equal(Q.dequantize(e).view(np.uint32), Q.dequantize(p).view(np.uint32))
+
+
+def test_half_falls_back_to_float32_when_not_exact():
+    # Q4_0 with d = 2^14: -8d = -2^17 is past fp16's range, so the planes stay float32.
+    n, k = 2, 64
+    raw = random_raw(QT.Q4_0, n, k).reshape(n, 2, 18)
+    raw[1, 1, 0:2] = np.array([16384.0], np.float16).view(np.uint8)
+    raw = raw.reshape(n, -1)
+    p = Q.pack_gguf(QT.Q4_0, raw, n, k)
+    assert p.flags == 0 and p.s.dtype == np.float32 and Q.scales(p)[1, 1, 1] == -131072.0
+    assert np.array_equal(bits(Q.dequantize(p)), bits(gq.dequantize(raw, QT.Q4_0).reshape(n, k)))
+    # Q5_0 with d = 4096: -16d = -65536 is not an fp16 value either
+    raw = random_raw(QT.Q5_0, n, k).reshape(n, 2, 22)
+    raw[0, 0, 0:2] = np.array([4096.0], np.float16).view(np.uint8)
+    p = Q.pack_gguf(QT.Q5_0, raw.reshape(n, -1), n, k)
+    assert p.flags == Q.HIGH and p.s.dtype == np.float32
 
 
 def test_q4_0_scales_exact():
     raw = random_raw(QT.Q4_0, 2, 64)
     p = Q.pack_gguf(QT.Q4_0, raw, 2, 64)
     d = raw.reshape(2, 2, 18)[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
-    assert np.array_equal(p.s[:, 0], d)
-    assert np.array_equal(p.s[:, 1], -8 * d)
+    assert np.array_equal(Q.scales(p)[:, 0], d)
+    assert np.array_equal(Q.scales(p)[:, 1], -8 * d)
+
+
+def test_k_quant_super_scales():
+    # Q4_K: d codes are the 6-bit scales with super-scale d, m codes the 6-bit mins with -dmin
+    n, k = 2, 512
+    raw = random_raw(QT.Q4_K, n, k)
+    p = Q.pack_gguf(QT.Q4_K, raw, n, k)
+    blk = raw.reshape(n, 2, 144)
+    d = blk[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    dmin = blk[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
+    assert np.array_equal(p.sup[:, 0], d) and np.array_equal(p.sup[:, 1], -dmin)
+    assert p.s.min() >= 0 and p.s.max() <= 63
 
 
 def test_q6_k_values_range():
@@ -97,9 +146,11 @@ def test_q6_k_values_range():
     assert p.q.min() >= -32 and p.q.max() <= 31
 
 
-def test_q5_k_values_range():
-    p = Q.pack_gguf(QT.Q5_K, random_raw(QT.Q5_K, 2, 256), 2, 256)
-    assert p.q.min() >= 0 and p.q.max() <= 31
+@pytest.mark.parametrize("qtype", [QT.Q5_K, QT.Q5_0, QT.Q5_1])
+def test_five_bit_values_range(qtype):
+    p = Q.pack_gguf(qtype, random_raw(qtype, 2, 256), 2, 256)
+    v = Q.values(p)
+    assert v.min() == 0 and v.max() == 31
 
 
 def test_q4a_nibble_layout_hand_built():
@@ -269,3 +320,107 @@ def test_wrong_data_size_and_bad_kind_raise():
         Q.pack_gguf(QT.Q8_0, np.zeros((2, 33), np.uint8), 2, 32)
     with pytest.raises(ValueError, match="kind"):
         Q.quantize_float(np.zeros((1, 32), np.float32), "q5_1")
+
+
+# ------------------------------------------------------------------ the kernels on compact layouts
+
+
+def _weight(p: Q.Packed):
+    from tensorfold.native import lib
+
+    return lib.Weight(p.fmt, p.flags, p.n, p.k, p.q.ctypes.data, p.s.ctypes.data if p.s.size else None, None,
+                      p.qh.ctypes.data if p.qh is not None else None,
+                      p.sup.ctypes.data if p.sup is not None else None)
+
+
+def _linear(L, p: Q.Packed, x: np.ndarray) -> np.ndarray:
+    from tensorfold.native import lib
+
+    y = np.full((x.shape[0], p.n), np.nan, np.float32)
+    w = _weight(p)
+    assert L.tf_linear(C.byref(w), lib.ptr(x), x.shape[0], lib.ptr(y)) == 0
+    return y
+
+
+def _acts(rows: int, k: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, k)) * 10.0 ** rng.uniform(-2, 2, (rows, 1))).astype(np.float32)
+    x[0, 32:64] = 0  # an all-zero block
+    return x
+
+
+def _all_fp16_q8_0(n: int, k: int) -> np.ndarray:
+    """Q8_0 blocks whose scales run through every finite fp16 value (subnormals, zeros, both signs)."""
+    raw = random_raw(QT.Q8_0, n, k, seed=9).reshape(n, k // 32, 34)
+    h = np.arange(0, 1 << 16, dtype=np.uint32).astype(np.uint16)
+    h = h[np.isfinite(h.view(np.float16))]
+    raw[..., 0:2] = np.resize(h, raw.shape[:2])[..., None].view(np.uint8)
+    return raw.reshape(n, -1)
+
+
+COMPACT_CASES = [(qt, 13, k) for qt in LAYOUTS for k in (256, 512)] + [
+    (QT.Q5_0, 11, 896), (QT.Q4_0, 9, 96), (QT.Q8_0, 7, 224), (QT.Q5_1, 6, 64)]   # nb not a multiple of 8
+
+
+@pytest.mark.parametrize("qtype,n,k", COMPACT_CASES, ids=[f"{q.name}-{n}x{k}" for q, n, k in COMPACT_CASES])
+def test_kernel_compact_equals_float32_planes(qtype, n, k):
+    """tf_linear on a compact weight gives the same bits as on the same weight with
+    today's float32 planes (and Q8 in place of the fifth-bit plane), on every ISA."""
+    from tensorfold.native import lib
+
+    L = lib.load()
+    p = Q.pack_gguf(qtype, random_raw(qtype, n, k, seed=n * k + int(qtype)), n, k)
+    e = Q.expand(p)
+    assert p.flags & (Q.ENCODINGS | Q.HIGH)
+    isas = [i for i in (0, 1, 2, 3) if L.tf_set_isa(i) == i]
+    try:
+        for isa in isas:
+            assert L.tf_set_isa(isa) == isa
+            for rows in (1, 2, 3, 4, 5, 9):
+                x = _acts(rows, k, seed=rows)
+                got, want = _linear(L, p, x), _linear(L, e, x)
+                assert np.all(np.isfinite(want))
+                assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"isa {isa} rows {rows}"
+        # and every ISA agrees with the scalar reference
+        x = _acts(5, k, seed=3)
+        L.tf_set_isa(0)
+        ref = _linear(L, p, x)
+        for isa in isas:
+            L.tf_set_isa(isa)
+            assert np.array_equal(_linear(L, p, x).view(np.uint32), ref.view(np.uint32)), f"isa {isa}"
+    finally:
+        L.tf_set_isa(-1)
+
+
+def test_kernel_half_scales_every_fp16_value():
+    from tensorfold.native import lib
+
+    L = lib.load()
+    n, k = 40, 1600           # 2000 blocks x 33 rows: every finite fp16 as a scale
+    p = Q.pack_gguf(QT.Q8_0, _all_fp16_q8_0(n, k), n, k)
+    assert p.flags == Q.HALF
+    e = Q.expand(p)
+    x = _acts(3, k, seed=1) * np.float32(1e-3)   # keep the products of the largest scales finite
+    isas = [i for i in (0, 1, 2, 3) if L.tf_set_isa(i) == i]
+    try:
+        for isa in isas:
+            L.tf_set_isa(isa)
+            got, want = _linear(L, p, x), _linear(L, e, x)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"isa {isa}"
+    finally:
+        L.tf_set_isa(-1)
+
+
+@pytest.mark.parametrize("qtype", list(LAYOUTS))
+def test_dequant_row_compact_matches_reference(qtype):
+    from tensorfold.native import lib
+
+    L = lib.load()
+    n, k = 5, 512
+    p = Q.pack_gguf(qtype, random_raw(qtype, n, k, seed=4), n, k)
+    ref = Q.dequantize(p)
+    w = _weight(p)
+    out = np.empty(k, np.float32)
+    for r in range(n):
+        L.tf_dequant_row(C.byref(w), r, lib.ptr(out))
+        assert np.array_equal(out.view(np.uint32), ref[r].view(np.uint32)), f"row {r}"

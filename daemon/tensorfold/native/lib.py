@@ -1,7 +1,8 @@
 """The compiled kernels, loaded with ctypes, and their C structures.
 
-The extension module `tensorfold.native._tfkernels` is built by the package's
-own build (setup.py); its exported C functions are called directly.  If it is
+The shared library `tensorfold/native/_tfkernels*.so` is built by the
+package's own build (setup.py) where an extension module would go; its
+exported C functions are called directly (it defines no Python module).  If it is
 missing, `load()` raises NativeMissing with how to build it: the CPU engine
 never falls back to a slower path in silence.
 """
@@ -26,7 +27,8 @@ class NativeMissing(RuntimeError):
 
 class Weight(C.Structure):
     _fields_ = [("fmt", C.c_int32), ("flags", C.c_int32), ("n", C.c_int32), ("k", C.c_int32),
-                ("q", C.c_void_p), ("s", C.c_void_p), ("bias", C.c_void_p)]
+                ("q", C.c_void_p), ("s", C.c_void_p), ("bias", C.c_void_p),
+                ("qh", C.c_void_p), ("sup", C.c_void_p)]       # TF_HIGH fifth bits; TF_SUPER super-scales
 
 
 class Layer(C.Structure):

@@ -110,9 +110,11 @@ class NativeModel:
         p = w.get(name)
         if not isinstance(p, quant.Packed):
             raise CheckpointError(f"the checkpoint lacks the 2-D weight {name}")
-        self._keep += [p.q, p.s]
+        self._keep += [p.q, p.s, p.qh, p.sup]
         return lib.Weight(p.fmt, p.flags, p.n, p.k, p.q.ctypes.data, p.s.ctypes.data if p.s.size else None,
-                          self._f32(bias) if bias is not None else None)
+                          self._f32(bias) if bias is not None else None,
+                          p.qh.ctypes.data if p.qh is not None else None,
+                          p.sup.ctypes.data if p.sup is not None else None)
 
     # -- KV ------------------------------------------------------------------------
     def kv_bytes_per_token(self) -> int:
@@ -126,7 +128,8 @@ class NativeModel:
             self.struct.kv = None
             self._kv_view = None
             self._kv.close()
-        self._kv = mmap.mmap(-1, max(1, num_blocks * stride * 2))           # anonymous: pages on first write
+        # private anonymous memory: the system backs a page when a sequence first writes it
+        self._kv = mmap.mmap(-1, max(1, num_blocks * stride * 2), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self._kv_view = (C.c_char * len(self._kv)).from_buffer(self._kv)
         self.struct.kv = C.addressof(self._kv_view)
         self.struct.block_stride = stride

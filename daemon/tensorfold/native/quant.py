@@ -2,13 +2,16 @@
 
 Every layout is row-major: ``n`` rows (output features) of ``k`` columns
 (input features), ``k`` a multiple of 32.  Quantized rows are cut into blocks
-of 32 input elements; ``s`` holds float32 scales ``[n, S, k // 32]`` (each
-kind of scale in a row of its own, so the kernels load eight blocks' at once).
+of 32 input elements (nb = k // 32 per row); ``s`` holds the scales planar,
+``[n, S, nb]`` (each kind of scale in a row of its own, so the kernels load
+eight blocks' at once).
 
 FMT_Q4A (4-bit affine), ``q`` uint8 ``[n, k // 2]``, S = 2 (d, m):
     16 bytes per block; byte i holds element i in its low nibble and element
-    i + 16 in its high nibble.  value = float32(q) * d + m  (q in 0..15; a
-    float32 multiply, then a float32 add).
+    i + 16 in its high nibble.  value = float32(q) * d + m  (a float32
+    multiply, then a float32 add).  q is the nibble (0..15), or with the HIGH
+    flag nibble | bit << 4 (0..31): ``qh`` uint8 ``[n, nb * 4]``, 4 bytes per
+    block, bit e % 8 of byte e // 8 is bit 4 of element e.
 
 FMT_Q8, ``q`` int8 ``[n, k]``, S = 1 + TWO_SCALES + HAS_MIN, scales (d0[, d1][, m]):
     value = float32(q) * d, with d = d0 for elements 0..15 of a block and d1
@@ -17,9 +20,24 @@ FMT_Q8, ``q`` int8 ``[n, k]``, S = 1 + TWO_SCALES + HAS_MIN, scales (d0[, d1][, 
 
 FMT_BF16, ``q`` uint16 ``[n, k]`` bf16 bit patterns, ``s`` empty float32.
 
-``pack_gguf`` repacks GGUF tensors losslessly (Q4_0, Q4_1, Q4_K -> Q4A;
-Q8_0, Q5_0, Q5_1, Q5_K, Q6_K -> Q8; float tensors are quantized with ``quantize_float``).
-``dequantize`` is the float32 reference the C kernels are tested against.
+Scale encodings (flags).  Each decodes to exactly the float32 scales the rules
+above use, so no computed bit depends on the encoding:
+    none    ``s`` float32 ``[n, S, nb]``.
+    HALF    ``s`` float16 ``[n, S, nb]``, widened exactly.
+    SUPER   ``s`` int8 codes ``[n, S, nb]`` and ``sup`` float32 ``[n, S, ceil(nb / 8)]``:
+            block b's scale is sup[b // 8] * float32(code[b]), one float32
+            multiply that the packer checks is exact (nb a multiple of 8).
+
+``pack_gguf`` repacks GGUF tensors losslessly; bytes per 32 weights (GGUF's own):
+    Q4_0 -> Q4A HALF 20 (18)            Q4_1 -> Q4A HALF 20 (20)
+    Q5_0 -> Q4A HIGH HALF 24 (22)       Q5_1 -> Q4A HIGH HALF 24 (24)
+    Q8_0 -> Q8 HALF 34 (34)             Q4_K -> Q4A SUPER 19 (18)
+    Q5_K -> Q4A HIGH SUPER 23 (22)      Q6_K -> Q8 TWO_SCALES SUPER 35 (26.25)
+A HALF plane that would not be exact (-8d or -16d past fp16's range) stays
+float32.  Float tensors are quantized with ``quantize_float``, whose scales
+(amax / 127) are not fp16 values: float32 planes.  ``dequantize`` is the
+float32 reference the C kernels are tested against; ``expand`` gives the same
+weight with float32 planes (the layout before the encodings existed).
 """
 
 from __future__ import annotations
@@ -32,6 +50,9 @@ from gguf.constants import GGML_QUANT_SIZES
 
 FMT_Q4A, FMT_Q8, FMT_BF16 = 1, 2, 3
 TWO_SCALES, HAS_MIN = 1, 2  # flags for FMT_Q8
+HIGH = 4  # flag for FMT_Q4A: a fifth bit per element, in ``qh``
+HALF, SUPER = 8, 16  # scale encodings (at most one)
+ENCODINGS = HALF | SUPER
 
 DEFAULT_FLOAT_KIND = "q8_0"
 FLOAT_KINDS = ("q8_0", "q4_0", "bf16")
@@ -47,11 +68,47 @@ class Packed:
     n: int  # rows (output features)
     k: int  # columns (input features), a multiple of 32
     q: np.ndarray  # Q4A: uint8 [n, k//2]; Q8: int8 [n, k]; BF16: uint16 [n, k]
-    s: np.ndarray  # float32 [n, S, k//32]; empty for BF16
+    s: np.ndarray  # [n, S, k//32]: float32, float16 (HALF) or int8 codes (SUPER); empty for BF16
+    qh: np.ndarray | None = None  # HIGH: uint8 [n, k//32 * 4]
+    sup: np.ndarray | None = None  # SUPER: float32 [n, S, ceil(k//32 / 8)]
 
 
 def nbytes(p: Packed) -> int:
-    return int(p.q.nbytes + p.s.nbytes)
+    """Bytes the weight holds in memory: every array the kernels read."""
+    return int(sum(a.nbytes for a in (p.q, p.s, p.qh, p.sup) if a is not None))
+
+
+def scales(p: Packed) -> np.ndarray:
+    """The float32 scale planes [n, S, k//32] of the layout rules, decoded from any encoding."""
+    if p.flags & HALF:
+        return p.s.astype(_F32)
+    if p.flags & SUPER:
+        return np.repeat(p.sup, 8, axis=-1)[..., :p.k // 32] * p.s.astype(_F32)
+    return p.s
+
+
+def values(p: Packed) -> np.ndarray:
+    """The integer q of every element, int16 [n, k//32, 32] (Q4A, Q8)."""
+    nb = p.k // 32
+    if p.fmt == FMT_Q8:
+        return p.q.reshape(p.n, nb, 32).astype(np.int16)
+    qb = p.q.reshape(p.n, nb, 16)
+    v = np.concatenate([qb & 0x0F, qb >> 4], axis=-1).astype(np.int16)
+    if p.flags & HIGH:
+        v |= np.unpackbits(p.qh.reshape(p.n, nb, 4), axis=-1, bitorder="little").astype(np.int16) << 4
+    return v
+
+
+def expand(p: Packed) -> Packed:
+    """The same weight with float32 scale planes and no fifth-bit plane: a HIGH Q4A
+    becomes Q8 with a min (the same integers and scales, so the kernels give the same bits)."""
+    if p.fmt == FMT_BF16:
+        return p
+    s = np.ascontiguousarray(scales(p), dtype=_F32)
+    if p.fmt == FMT_Q4A and p.flags & HIGH:
+        q = np.ascontiguousarray(values(p).reshape(p.n, p.k), dtype=np.int8)
+        return Packed(FMT_Q8, HAS_MIN, p.n, p.k, q, s)
+    return Packed(p.fmt, p.flags & ~ENCODINGS, p.n, p.k, p.q, s)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -67,16 +124,52 @@ def _nibbles_to_q4a(v: np.ndarray) -> np.ndarray:
     return v[..., :16] | (v[..., 16:] << np.uint8(4))
 
 
-def _q4a(n: int, k: int, qbytes: np.ndarray, d: np.ndarray, m: np.ndarray) -> Packed:
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and bool(np.array_equal(a.view(np.uint32), b.view(np.uint32)))
+
+
+def _stack(n: int, planes: list[np.ndarray], dtype) -> np.ndarray:
+    return np.ascontiguousarray(np.stack([x.reshape(n, -1) for x in planes], axis=1), dtype=dtype)
+
+
+def _planes(n: int, planes: list[np.ndarray], half: bool) -> tuple[int, np.ndarray]:
+    """float32 scale planes -> (encoding, s): float16 when ``half`` and every value
+    widens back to the same float32 bits (NaN excluded), else float32."""
+    s = _stack(n, planes, _F32)
+    if half and not np.isnan(s).any():
+        with np.errstate(over="ignore"):
+            h = s.astype(np.float16)
+        if _same_bits(h.astype(_F32), s):
+            return HALF, h
+    return 0, s
+
+
+def _q4a(n: int, k: int, qbytes: np.ndarray, d: np.ndarray, m: np.ndarray, half: bool = False,
+         qh: np.ndarray | None = None) -> Packed:
     q = np.ascontiguousarray(qbytes, dtype=np.uint8).reshape(n, k // 2)
-    s = np.ascontiguousarray(np.stack([d.reshape(n, -1), m.reshape(n, -1)], axis=1), dtype=_F32)
-    return Packed(FMT_Q4A, 0, n, k, q, s)
+    enc, s = _planes(n, [d, m], half)
+    if qh is None:
+        return Packed(FMT_Q4A, enc, n, k, q, s)
+    qh = np.ascontiguousarray(qh, dtype=np.uint8).reshape(n, k // 8)
+    return Packed(FMT_Q4A, HIGH | enc, n, k, q, s, qh)
 
 
-def _q8(n: int, k: int, flags: int, qvals: np.ndarray, scales: list[np.ndarray]) -> Packed:
+def _q8(n: int, k: int, flags: int, qvals: np.ndarray, scales: list[np.ndarray], half: bool = False) -> Packed:
     q = np.ascontiguousarray(qvals, dtype=np.int8).reshape(n, k)
-    s = np.ascontiguousarray(np.stack([x.reshape(n, -1) for x in scales], axis=1), dtype=_F32)
-    return Packed(FMT_Q8, flags, n, k, q, s)
+    enc, s = _planes(n, scales, half)
+    return Packed(FMT_Q8, flags | enc, n, k, q, s)
+
+
+def _with_super(p: Packed, codes: list[np.ndarray], supers: list[np.ndarray]) -> Packed:
+    """``p`` (float32 planes) with its planes stored as int8 codes and one super-scale
+    per 8 blocks, when their products are its planes bit for bit (always, for GGUF
+    K-quants: an fp16 times a code of at most 8 bits is exact in float32)."""
+    n, nb = p.n, p.k // 32
+    c, sup = _stack(n, codes, np.int8), _stack(n, supers, _F32)
+    if (nb % 8 == 0 and sup.shape[-1] == nb // 8 and not np.isnan(sup).any()
+            and _same_bits(np.repeat(sup, 8, axis=-1) * c.astype(_F32), p.s)):
+        return Packed(p.fmt, p.flags | SUPER, n, p.k, p.q, c, p.qh, sup)
+    return p
 
 
 def _k_scales(sb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -92,11 +185,13 @@ def _k_scales(sb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sc, mn
 
 
-def _k_d_m(blk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-32 (d, m) of a Q4_K/Q5_K super-block [..., bytes] -> float32 [..., 8] each."""
+def _k_d_m(blk: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    """Per-32 (d, m) of a Q4_K/Q5_K super-block [..., bytes] -> float32 [..., 8] each;
+    and the same as codes [sc, mn] [..., 8] and super-scales [d, -dmin] [...]."""
     d, dmin = _f16(blk[..., 0:2]), _f16(blk[..., 2:4])
     sc, mn = _k_scales(blk[..., 4:16])
-    return d[..., None] * sc.astype(_F32), -(dmin[..., None] * mn.astype(_F32))
+    return (d[..., None] * sc.astype(_F32), -(dmin[..., None] * mn.astype(_F32)),
+            [sc.astype(np.int8), mn.astype(np.int8)], [d, -dmin])
 
 
 def _k_low_nibbles(qs: np.ndarray) -> np.ndarray:
@@ -145,29 +240,39 @@ def pack_gguf(qtype, data: np.ndarray, n: int, k: int) -> Packed:
 
 def _from_q4_0(blk, n, k):  # block: fp16 d, 16 bytes nibbles (already the Q4A order)
     d = _f16(blk[..., 0:2])
-    return _q4a(n, k, blk[..., 2:], d, d * _F32(-8))
+    return _q4a(n, k, blk[..., 2:], d, d * _F32(-8), half=True)
 
 
 def _from_q4_1(blk, n, k):  # block: fp16 d, fp16 m, 16 bytes nibbles
-    return _q4a(n, k, blk[..., 4:], _f16(blk[..., 0:2]), _f16(blk[..., 2:4]))
+    return _q4a(n, k, blk[..., 4:], _f16(blk[..., 0:2]), _f16(blk[..., 2:4]), half=True)
+
+
+def _from_q5_0(blk, n, k):  # block: fp16 d, 4 bytes qh, 16 nibble bytes; value = d * (q - 16)
+    # qh is a little-endian uint32 whose bit e is bit 4 of element e: already the HIGH layout
+    d = _f16(blk[..., 0:2])
+    return _q4a(n, k, blk[..., 6:22], d, d * _F32(-16), half=True, qh=blk[..., 2:6])
+
+
+def _from_q5_1(blk, n, k):  # block: fp16 d, fp16 m, 4 bytes qh, 16 nibble bytes; value = d * q + m
+    return _q4a(n, k, blk[..., 8:24], _f16(blk[..., 0:2]), _f16(blk[..., 2:4]), half=True, qh=blk[..., 4:8])
 
 
 def _from_q8_0(blk, n, k):  # block: fp16 d, 32 int8
-    return _q8(n, k, 0, blk[..., 2:].view(np.int8), [_f16(blk[..., 0:2])])
+    return _q8(n, k, 0, blk[..., 2:].view(np.int8), [_f16(blk[..., 0:2])], half=True)
 
 
 def _from_q4_k(blk, n, k):  # 144 bytes: d, dmin, 12 scale bytes, 128 nibble bytes
-    d, m = _k_d_m(blk)
-    return _q4a(n, k, _nibbles_to_q4a(_k_low_nibbles(blk[..., 16:144])), d, m)
+    d, m, codes, supers = _k_d_m(blk)
+    return _with_super(_q4a(n, k, _nibbles_to_q4a(_k_low_nibbles(blk[..., 16:144])), d, m), codes, supers)
 
 
 def _from_q5_k(blk, n, k):  # 176 bytes: d, dmin, 12 scale bytes, 32 qh bytes, 128 ql bytes
-    d, m = _k_d_m(blk)
+    d, m, codes, supers = _k_d_m(blk)
     lo = _k_low_nibbles(blk[..., 48:176])
     # bit j of qh byte e is bit 4 of element e of sub-block j
-    qh = blk[..., 16:48][..., None, :] >> np.arange(8, dtype=np.uint8)[:, None]
-    q = lo | ((qh & 1) << np.uint8(4))
-    return _q8(n, k, HAS_MIN, q.view(np.int8), [d, m])
+    bits = (blk[..., 16:48][..., None, :] >> np.arange(8, dtype=np.uint8)[:, None]) & 1   # [..., 8, 32]
+    qh = np.packbits(bits, axis=-1, bitorder="little")                                     # [..., 8, 4]
+    return _with_super(_q4a(n, k, _nibbles_to_q4a(lo), d, m, qh=qh), codes, supers)
 
 
 def _from_q6_k(blk, n, k):  # 210 bytes: 128 ql, 64 qh, 16 int8 scales, fp16 d
@@ -179,25 +284,10 @@ def _from_q6_k(blk, n, k):  # 210 bytes: 128 ql, 64 qh, 16 int8 scales, fp16 d
     ql = np.concatenate([ql & 0x0F, ql >> 4], axis=-3)  # [..., 2, 4, 32]
     qh = blk[..., 128:192].reshape(*lead, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8)[:, None]
     q = (ql.reshape(*lead, 2, 4, 32) | ((qh & 3) << np.uint8(4))).astype(np.int8) - np.int8(32)
-    sc = blk[..., 192:208].view(np.int8).astype(_F32).reshape(*lead, 8, 2)
-    ds = _f16(blk[..., 208:210])[..., None, None] * sc
-    return _q8(n, k, TWO_SCALES, q, [ds[..., 0], ds[..., 1]])
-
-
-def _q5_values(qh: np.ndarray, qs: np.ndarray) -> np.ndarray:
-    """Q5_0/Q5_1: 4 qh bytes (bit e: bit 4 of element e) and 16 nibble bytes -> values [..., 32]."""
-    bits = (qh.copy().view(np.uint32)[..., 0:1] >> np.arange(32, dtype=np.uint32)) & 1
-    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1) | (bits.astype(np.uint8) << np.uint8(4))
-
-
-def _from_q5_0(blk, n, k):  # block: fp16 d, 4 bytes qh, 16 nibble bytes; value = d * (q - 16)
-    d = _f16(blk[..., 0:2])
-    return _q8(n, k, HAS_MIN, _q5_values(blk[..., 2:6], blk[..., 6:22]).view(np.int8), [d, d * _F32(-16)])
-
-
-def _from_q5_1(blk, n, k):  # block: fp16 d, fp16 m, 4 bytes qh, 16 nibble bytes; value = d * q + m
-    q = _q5_values(blk[..., 4:8], blk[..., 8:24]).view(np.int8)
-    return _q8(n, k, HAS_MIN, q, [_f16(blk[..., 0:2]), _f16(blk[..., 2:4])])
+    sc = blk[..., 192:208].view(np.int8).reshape(*lead, 8, 2)    # one int8 scale per 16 elements
+    d = _f16(blk[..., 208:210])
+    ds = d[..., None, None] * sc.astype(_F32)
+    return _with_super(_q8(n, k, TWO_SCALES, q, [ds[..., 0], ds[..., 1]]), [sc[..., 0], sc[..., 1]], [d, d])
 
 
 _GGUF_HANDLERS = {
@@ -254,19 +344,14 @@ def dequantize(p: Packed) -> np.ndarray:
     n, k = p.n, p.k
     if p.fmt == FMT_BF16:
         return (p.q.astype(np.uint32) << np.uint32(16)).view(_F32).reshape(n, k)
-    s = p.s.transpose(0, 2, 1)                     # [n, nb, S]
+    if p.fmt not in (FMT_Q4A, FMT_Q8):
+        raise ValueError(f"unknown packed format {p.fmt}")
+    s = scales(p).transpose(0, 2, 1)               # [n, nb, S] float32
+    v = values(p).astype(_F32)                     # [n, nb, 32]
     if p.fmt == FMT_Q4A:
-        qb = p.q.reshape(n, k // 32, 16)
-        v = np.concatenate([qb & 0x0F, qb >> 4], axis=-1).astype(_F32)
         return (v * s[..., 0:1] + s[..., 1:2]).reshape(n, k)
-    if p.fmt == FMT_Q8:
-        v = p.q.reshape(n, k // 32, 32).astype(_F32)
-        if p.flags & TWO_SCALES:
-            d = np.repeat(s[..., 0:2], 16, axis=-1)
-        else:
-            d = s[..., 0:1]
-        out = v * d
-        if p.flags & HAS_MIN:
-            out += s[..., -1:]
-        return out.reshape(n, k)
-    raise ValueError(f"unknown packed format {p.fmt}")
+    d = np.repeat(s[..., 0:2], 16, axis=-1) if p.flags & TWO_SCALES else s[..., 0:1]
+    out = v * d
+    if p.flags & HAS_MIN:
+        out += s[..., -1:]
+    return out.reshape(n, k)

@@ -48,51 +48,100 @@ void tf_quantize_row(const float *x, int k, int8_t *q, float *s, float *sum) {
     }
 }
 
-/* ---------------------------------------------------------------- reference */
+/* ---------------------------------------------------------------- weights */
 
-static inline int q4_at(const uint8_t *qb, int e) { return e < 16 ? (qb[e] & 15) : (qb[e - 16] >> 4); }
-
-static int nscales(const tf_weight *w) {
+static inline int nscales(const tf_weight *w) {
     if (w->fmt == TF_Q4A) return 2;
     return 1 + ((w->flags & TF_TWO_SCALES) ? 1 : 0) + ((w->flags & TF_HAS_MIN) ? 1 : 0);
 }
 
-/* Where output n's scales start (planar: d0[nb], then d1[nb] and/or m[nb]); which rows hold d1, m. */
+/* Which of an output's S scale planes hold d0, d1 (d0 again without TWO_SCALES) and m (-1: none). */
 typedef struct {
-    const float *d0, *d1, *m;
-} scales;
+    int S, d0, d1, m;
+} planes;
 
-static scales scales_of(const tf_weight *w, int n) {
-    int nb = w->k / 32, S = nscales(w);
-    const float *s = w->s + (int64_t)n * S * nb;
-    scales r = {s, s, 0};
-    if (w->fmt == TF_Q4A) r.m = s + nb;
+static inline planes planes_of(const tf_weight *w) {
+    planes p = {nscales(w), 0, 0, -1};
+    if (w->fmt == TF_Q4A) p.m = 1;
     else {
-        int i = 1;
-        if (w->flags & TF_TWO_SCALES) r.d1 = s + nb * i++;
-        if (w->flags & TF_HAS_MIN) r.m = s + nb * i;
+        if (w->flags & TF_TWO_SCALES) p.d1 = 1;
+        if (w->flags & TF_HAS_MIN) p.m = p.d1 + 1;
     }
-    return r;
+    return p;
 }
+
+static inline int64_t nsup(int nb) { return (nb + 7) / 8; }
+
+/* bytes per scale value in s */
+static inline int scale_bytes(const tf_weight *w) {
+    return (w->flags & TF_HALF) ? 2 : (w->flags & TF_SUPER) ? 1 : 4;
+}
+
+static inline float h2f(uint16_t h) {     /* fp16 -> fp32, exact */
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 31, m = h & 1023, u;
+    float f;
+    if (e == 31) u = sign | 0x7F800000u | (m << 13);
+    else if (e) u = sign | ((e + 112) << 23) | (m << 13);
+    else {
+        f = (float)m * 5.9604644775390625e-8f;         /* m * 2^-24: exact */
+        memcpy(&u, &f, 4);
+        u |= sign;
+    }
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* The fp32 scales of plane `plane` (= output * S + which) for blocks b0..b0+7
+ * (zeros past nb), decoded from any encoding: exactly the values the encoding stores. */
+static void scales8(const tf_weight *w, int64_t plane, int b0, float *out) {
+    int nb = w->k / 32, cnt = nb - b0 < 8 ? nb - b0 : 8;
+    int64_t o = plane * nb + b0;
+    for (int i = 0; i < 8; i++) out[i] = 0.0f;
+    if (w->flags & TF_HALF) {
+        const uint16_t *p = (const uint16_t *)w->s + o;
+        for (int i = 0; i < cnt; i++) out[i] = h2f(p[i]);
+    } else if (w->flags & TF_SUPER) {
+        const int8_t *p = (const int8_t *)w->s + o;
+        float su = w->sup[plane * nsup(nb) + b0 / 8];
+        for (int i = 0; i < cnt; i++) out[i] = su * (float)p[i];
+    } else {
+        const float *p = (const float *)w->s + o;
+        for (int i = 0; i < cnt; i++) out[i] = p[i];
+    }
+}
+
+static inline int q4_at(const uint8_t *qb, int e) { return e < 16 ? (qb[e] & 15) : (qb[e - 16] >> 4); }
+
+/* Element e of block b of output n, as the integer the dot multiplies. */
+static inline int q_at(const tf_weight *w, int64_t n, int b, int e) {
+    int64_t blk = n * (w->k / 32) + b;
+    if (w->fmt != TF_Q4A) return ((const int8_t *)w->q)[blk * 32 + e];
+    int v = q4_at(w->q + blk * 16, e);
+    if (w->flags & TF_HIGH) v |= ((w->qh[blk * 4 + e / 8] >> (e % 8)) & 1) << 4;
+    return v;
+}
+
+/* ---------------------------------------------------------------- reference */
 
 static float dot_ref(const tf_weight *w, int n, const tf_acts *a, int r) {
     int nb = w->k / 32;
-    scales sc = scales_of(w, n);
+    planes pl = planes_of(w);
     const int8_t *xq = a->q + (int64_t)r * w->k;
     const float *xs = a->s + (int64_t)r * nb, *xsum = a->sum + (int64_t)r * nb;
     float acc[8] = {0}, mac[8] = {0};
-    for (int b = 0; b < nb; b++) {
-        int32_t p[8] = {0};
-        if (w->fmt == TF_Q4A) {
-            const uint8_t *qb = w->q + ((int64_t)n * nb + b) * 16;
-            for (int e = 0; e < 32; e++) p[e / 4] += q4_at(qb, e) * xq[b * 32 + e];
-        } else {
-            const int8_t *qb = (const int8_t *)w->q + ((int64_t)n * nb + b) * 32;
-            for (int e = 0; e < 32; e++) p[e / 4] += qb[e] * xq[b * 32 + e];
+    for (int b0 = 0; b0 < nb; b0 += 8) {
+        float d0[8], d1[8], m[8];
+        int64_t base = (int64_t)n * pl.S;
+        scales8(w, base + pl.d0, b0, d0);
+        scales8(w, base + pl.d1, b0, d1);
+        if (pl.m >= 0) scales8(w, base + pl.m, b0, m);
+        for (int b = b0; b < nb && b < b0 + 8; b++) {
+            int32_t p[8] = {0};
+            for (int e = 0; e < 32; e++) p[e / 4] += q_at(w, n, b, e) * xq[b * 32 + e];
+            float s0 = xs[b] * d0[b - b0], s1 = xs[b] * d1[b - b0];
+            for (int l = 0; l < 8; l++) acc[l] = fmaf((float)p[l], l < 4 ? s0 : s1, acc[l]);
+            if (pl.m >= 0) mac[b % 8] = fmaf(xsum[b], xs[b] * m[b - b0], mac[b % 8]);
         }
-        float s0 = xs[b] * sc.d0[b], s1 = xs[b] * sc.d1[b];
-        for (int l = 0; l < 8; l++) acc[l] = fmaf((float)p[l], l < 4 ? s0 : s1, acc[l]);
-        if (sc.m) mac[b % 8] = fmaf(xsum[b], xs[b] * sc.m[b], mac[b % 8]);
     }
     return tree8(acc) + tree8(mac);
 }
@@ -105,8 +154,8 @@ static void rows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, float
 /* ---------------------------------------------------------------- x86 */
 #ifdef TF_X86
 
-#define TF_AVX2 __attribute__((target("avx2,fma")))
-#define TF_VNNI __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define TF_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define TF_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define TF_INLINE static inline __attribute__((always_inline))
 
 #define TF_UNROLL _Pragma("GCC unroll 4")
@@ -116,26 +165,80 @@ static void rows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, float
  * sum leave a lane as it is). */
 #define TF_LOAD8(p, b0, mask) _mm256_maskload_ps((p) + (b0), mask)
 
+/* Every cache line of [p, p + bytes). */
+TF_INLINE void prefetch_span(const void *p, int64_t bytes) {
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)63, end = (uintptr_t)p + (uintptr_t)bytes;
+    for (; a < end; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
+}
+
+/* The fp32 scales of `plane` for blocks b0..b0+nblk-1 (zeros past them), decoded
+ * from the weight's encoding: fp16 widens exactly (F16C), int8 codes times the
+ * super-scale is the one fp32 product the packer checked to be exact. */
+TF_AVX2 TF_INLINE __m256 wscale8(const tf_weight *w, int64_t plane, int nb, int b0, int nblk, __m256i mask) {
+    int64_t o = plane * nb + b0;
+    if (w->flags & TF_HALF) {
+        const uint16_t *p = (const uint16_t *)w->s + o;
+        __m128i h;
+        if (nblk == 8) h = _mm_loadu_si128((const __m128i *)p);
+        else {
+            uint16_t t[8] = {0};
+            memcpy(t, p, (size_t)nblk * 2);
+            h = _mm_loadu_si128((const __m128i *)t);
+        }
+        return _mm256_cvtph_ps(h);
+    }
+    if (w->flags & TF_SUPER) {
+        const int8_t *p = (const int8_t *)w->s + o;
+        __m128i c;
+        if (nblk == 8) c = _mm_loadl_epi64((const __m128i *)p);
+        else {
+            int8_t t[8] = {0};
+            memcpy(t, p, (size_t)nblk);
+            c = _mm_loadl_epi64((const __m128i *)t);
+        }
+        __m256 su = _mm256_broadcast_ss(w->sup + plane * nsup(nb) + b0 / 8);
+        return _mm256_mul_ps(su, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c)));
+    }
+    return TF_LOAD8((const float *)w->s + plane * nb, b0, mask);
+}
+
+/* A block's 32 fifth bits (TF_HIGH) as bytes 0 or 16. */
+TF_AVX2 TF_INLINE __m256i high_avx2(const uint8_t *p) {
+    int32_t h;
+    memcpy(&h, p, 4);
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201ULL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(h), spread);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(16));
+}
+TF_VNNI TF_INLINE __m256i high_vnni(const uint8_t *p) {
+    uint32_t h;
+    memcpy(&h, p, 4);
+    return _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(16));
+}
+
 /* A tile of RT rows x NT outputs: eight blocks' scales at a time, then each
- * block's weights unpacked once for all RT rows.  Q4, TWO, MIN are constants
- * (one instance per weight format). */
-#define TF_TILE(NAME, ATTR, DOT)                                                                     \
+ * block's weights unpacked once for all RT rows.  Q4, TWO, MIN, HIGH are
+ * constants (one instance per weight format); the scale encoding is read per
+ * group of eight blocks (a branch that always goes the same way). */
+#define TF_TILE(NAME, ATTR, DOT, HIGHX)                                                              \
 ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, int r0, int RT,       \
-                         float *out, int ldy, int Q4, int TWO, int MIN) {                           \
-    int nb = w->k / 32;                                                                             \
-    scales sc[4];                                                                                   \
+                         float *out, int ldy, int Q4, int TWO, int MIN, int HIGH) {                 \
+    int nb = w->k / 32, S = Q4 ? 2 : 1 + TWO + MIN;                                                 \
+    int pd1 = TWO ? 1 : 0, pm = Q4 ? 1 : 1 + TWO;                                                   \
     __m256 acc[4][4], mac[4][4], s0[4][4], s1[4][4];                                                \
-    TF_UNROLL for (int t = 0; t < NT; t++) {                                                        \
-        sc[t] = scales_of(w, n0 + t);                                                               \
+    TF_UNROLL for (int t = 0; t < NT; t++)                                                          \
         TF_UNROLL for (int r = 0; r < RT; r++) acc[t][r] = mac[t][r] = _mm256_setzero_ps();         \
-    }                                                                                               \
     {   /* the weights a few tiles ahead: their lines arrive while this tile computes */          \
         int64_t ahead = n0 + (int64_t)NT * TF_AHEAD, qb = (Q4 ? 16 : 32) * (int64_t)nb;            \
-        int64_t sb = (int64_t)(2 + (Q4 ? 0 : TWO + MIN - 1)) * nb * 4;                              \
+        int64_t sb = (int64_t)S * nb * scale_bytes(w);                                              \
         if (ahead + NT <= w->n) {                                                                   \
-            const char *pq = (const char *)w->q + ahead * qb, *ps = (const char *)(w->s) + ahead * sb; \
-            for (int64_t o = 0; o < NT * qb; o += 64) _mm_prefetch(pq + o, _MM_HINT_T0);            \
-            for (int64_t o = 0; o < NT * sb; o += 64) _mm_prefetch(ps + o, _MM_HINT_T0);            \
+            prefetch_span(w->q + ahead * qb, NT * qb);                                              \
+            prefetch_span((const char *)w->s + ahead * sb, NT * sb);                                \
+            if (HIGH) prefetch_span(w->qh + ahead * nb * 4, NT * nb * 4);                           \
+            if (w->flags & TF_SUPER) prefetch_span(w->sup + ahead * S * nsup(nb), NT * S * nsup(nb) * 4); \
         }                                                                                           \
     }                                                                                               \
     const __m128i m4 = _mm_set1_epi8(15);                                                           \
@@ -144,9 +247,10 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, i
         int nblk = nb - b0 < 8 ? nb - b0 : 8;                                                       \
         __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(nblk), iota);                           \
         TF_UNROLL for (int t = 0; t < NT; t++) {                                                    \
-            __m256 dv = TF_LOAD8(sc[t].d0, b0, mask);                                               \
-            __m256 d1v = TWO ? TF_LOAD8(sc[t].d1, b0, mask) : dv;                                   \
-            __m256 mv = MIN ? TF_LOAD8(sc[t].m, b0, mask) : dv;                                     \
+            int64_t pl = (int64_t)(n0 + t) * S;                                                     \
+            __m256 dv = wscale8(w, pl, nb, b0, nblk, mask);                                         \
+            __m256 d1v = TWO ? wscale8(w, pl + pd1, nb, b0, nblk, mask) : dv;                       \
+            __m256 mv = MIN ? wscale8(w, pl + pm, nb, b0, nblk, mask) : dv;                         \
             TF_UNROLL for (int r = 0; r < RT; r++) {                                                \
                 int64_t row = r0 + r;                                                               \
                 __m256 xs = TF_LOAD8(a->s + row * nb, b0, mask);                                    \
@@ -166,6 +270,7 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, i
                 if (Q4) {                                                                           \
                     __m128i raw = _mm_loadu_si128((const __m128i *)(w->q + (n * nb + b) * 16));     \
                     wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4)); \
+                    if (HIGH) wv = _mm256_or_si256(wv, HIGHX(w->qh + (n * nb + b) * 4));            \
                 } else {                                                                            \
                     wv = _mm256_loadu_si256((const __m256i *)(w->q + (n * nb + b) * 32));           \
                     wabs = _mm256_sign_epi8(wv, wv);                                                \
@@ -189,31 +294,33 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, i
         }                                                                                           \
 }                                                                                                   \
 ATTR TF_INLINE void NAME##_run(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy, \
-                               int Q4, int TWO, int MIN) {                                          \
+                               int Q4, int TWO, int MIN, int HIGH) {                                \
     int rows = a->rows, r = 0, n;                                                                   \
     for (; r + 4 <= rows; r += 4)                                                                   \
-        for (n = n0; n < n1; n++) NAME(w, n, 1, a, r, 4, y, ldy, Q4, TWO, MIN);                     \
+        for (n = n0; n < n1; n++) NAME(w, n, 1, a, r, 4, y, ldy, Q4, TWO, MIN, HIGH);               \
     switch (rows - r) {                                                                             \
     case 3:                                                                                         \
-        for (n = n0; n < n1; n++) NAME(w, n, 1, a, r, 3, y, ldy, Q4, TWO, MIN);                     \
+        for (n = n0; n < n1; n++) NAME(w, n, 1, a, r, 3, y, ldy, Q4, TWO, MIN, HIGH);               \
         break;                                                                                      \
     case 2:                                                                                         \
-        for (n = n0; n + 2 <= n1; n += 2) NAME(w, n, 2, a, r, 2, y, ldy, Q4, TWO, MIN);             \
-        for (; n < n1; n++) NAME(w, n, 1, a, r, 2, y, ldy, Q4, TWO, MIN);                           \
+        for (n = n0; n + 2 <= n1; n += 2) NAME(w, n, 2, a, r, 2, y, ldy, Q4, TWO, MIN, HIGH);       \
+        for (; n < n1; n++) NAME(w, n, 1, a, r, 2, y, ldy, Q4, TWO, MIN, HIGH);                     \
         break;                                                                                      \
     case 1:                                                                                         \
-        for (n = n0; n + 2 <= n1; n += 2) NAME(w, n, 2, a, r, 1, y, ldy, Q4, TWO, MIN);             \
-        for (; n < n1; n++) NAME(w, n, 1, a, r, 1, y, ldy, Q4, TWO, MIN);                           \
+        for (n = n0; n + 2 <= n1; n += 2) NAME(w, n, 2, a, r, 1, y, ldy, Q4, TWO, MIN, HIGH);       \
+        for (; n < n1; n++) NAME(w, n, 1, a, r, 1, y, ldy, Q4, TWO, MIN, HIGH);                     \
         break;                                                                                      \
     }                                                                                               \
 }                                                                                                   \
 ATTR static void NAME##_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
     int two = (w->flags & TF_TWO_SCALES) != 0, min = (w->flags & TF_HAS_MIN) != 0;                  \
-    if (w->fmt == TF_Q4A) NAME##_run(w, n0, n1, a, y, ldy, 1, 0, 1);                                \
-    else if (two && min) NAME##_run(w, n0, n1, a, y, ldy, 0, 1, 1);                                 \
-    else if (two) NAME##_run(w, n0, n1, a, y, ldy, 0, 1, 0);                                        \
-    else if (min) NAME##_run(w, n0, n1, a, y, ldy, 0, 0, 1);                                        \
-    else NAME##_run(w, n0, n1, a, y, ldy, 0, 0, 0);                                                 \
+    if (w->fmt == TF_Q4A) {                                                                         \
+        if (w->flags & TF_HIGH) NAME##_run(w, n0, n1, a, y, ldy, 1, 0, 1, 1);                       \
+        else NAME##_run(w, n0, n1, a, y, ldy, 1, 0, 1, 0);                                          \
+    } else if (two && min) NAME##_run(w, n0, n1, a, y, ldy, 0, 1, 1, 0);                            \
+    else if (two) NAME##_run(w, n0, n1, a, y, ldy, 0, 1, 0, 0);                                     \
+    else if (min) NAME##_run(w, n0, n1, a, y, ldy, 0, 0, 1, 0);                                     \
+    else NAME##_run(w, n0, n1, a, y, ldy, 0, 0, 0, 0);                                              \
 }
 
 TF_AVX2 TF_INLINE __m256i dot_avx2(__m256i u, __m256i s) {
@@ -222,8 +329,8 @@ TF_AVX2 TF_INLINE __m256i dot_avx2(__m256i u, __m256i s) {
 TF_VNNI TF_INLINE __m256i dot_vnni(__m256i u, __m256i s) {
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
 }
-TF_TILE(tile_avx2, TF_AVX2, dot_avx2)
-TF_TILE(tile_vnni, TF_VNNI, dot_vnni)
+TF_TILE(tile_avx2, TF_AVX2, dot_avx2, high_avx2)
+TF_TILE(tile_vnni, TF_VNNI, dot_vnni, high_vnni)
 #endif
 
 /* ---------------------------------------------------------------- NEON */
@@ -238,30 +345,52 @@ static inline int32x4_t dot4(int8x16_t w, int8x16_t x) {
 #endif
 }
 
+/* A block's 32 fifth bits (TF_HIGH) as bytes 0 or 16: elements 0..15, then 16..31. */
+static inline void high_neon(const uint8_t *p, uint8x16_t *h0, uint8x16_t *h1) {
+    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    uint8x16_t m = vld1q_u8(bit), sixteen = vdupq_n_u8(16);
+    *h0 = vandq_u8(vtstq_u8(vcombine_u8(vdup_n_u8(p[0]), vdup_n_u8(p[1])), m), sixteen);
+    *h1 = vandq_u8(vtstq_u8(vcombine_u8(vdup_n_u8(p[2]), vdup_n_u8(p[3])), m), sixteen);
+}
+
 static void tile_neon_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) {
-    int nb = w->k / 32, q4 = w->fmt == TF_Q4A;
+    int nb = w->k / 32, q4 = w->fmt == TF_Q4A, high = q4 && (w->flags & TF_HIGH);
+    planes pl = planes_of(w);
     for (int n = n0; n < n1; n++) {
-        scales sc = scales_of(w, n);
+        int64_t base = (int64_t)n * pl.S;
         for (int r = 0; r < a->rows; r++) {
             float32x4_t acc0 = vdupq_n_f32(0), acc1 = vdupq_n_f32(0);
             float mac[8] = {0};
             const float *xs = a->s + (int64_t)r * nb, *xsum = a->sum + (int64_t)r * nb;
-            for (int b = 0; b < nb; b++) {
-                int8x16_t w0, w1;
-                if (q4) {
-                    uint8x16_t raw = vld1q_u8(w->q + ((int64_t)n * nb + b) * 16);
-                    w0 = vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(15)));
-                    w1 = vreinterpretq_s8_u8(vshrq_n_u8(raw, 4));
-                } else {
-                    const int8_t *qb = (const int8_t *)w->q + ((int64_t)n * nb + b) * 32;
-                    w0 = vld1q_s8(qb);
-                    w1 = vld1q_s8(qb + 16);
+            for (int b0 = 0; b0 < nb; b0 += 8) {
+                float d0[8], d1[8], m[8];
+                scales8(w, base + pl.d0, b0, d0);
+                scales8(w, base + pl.d1, b0, d1);
+                if (pl.m >= 0) scales8(w, base + pl.m, b0, m);
+                for (int b = b0; b < nb && b < b0 + 8; b++) {
+                    int8x16_t w0, w1;
+                    if (q4) {
+                        uint8x16_t raw = vld1q_u8(w->q + ((int64_t)n * nb + b) * 16);
+                        uint8x16_t lo = vandq_u8(raw, vdupq_n_u8(15)), hi = vshrq_n_u8(raw, 4);
+                        if (high) {
+                            uint8x16_t h0, h1;
+                            high_neon(w->qh + ((int64_t)n * nb + b) * 4, &h0, &h1);
+                            lo = vorrq_u8(lo, h0);
+                            hi = vorrq_u8(hi, h1);
+                        }
+                        w0 = vreinterpretq_s8_u8(lo);
+                        w1 = vreinterpretq_s8_u8(hi);
+                    } else {
+                        const int8_t *qb = (const int8_t *)w->q + ((int64_t)n * nb + b) * 32;
+                        w0 = vld1q_s8(qb);
+                        w1 = vld1q_s8(qb + 16);
+                    }
+                    const int8_t *xb = a->q + (int64_t)r * w->k + b * 32;
+                    float s0 = xs[b] * d0[b - b0], s1 = xs[b] * d1[b - b0];
+                    acc0 = vfmaq_f32(acc0, vcvtq_f32_s32(dot4(w0, vld1q_s8(xb))), vdupq_n_f32(s0));
+                    acc1 = vfmaq_f32(acc1, vcvtq_f32_s32(dot4(w1, vld1q_s8(xb + 16))), vdupq_n_f32(s1));
+                    if (pl.m >= 0) mac[b % 8] = fmaf(xsum[b], xs[b] * m[b - b0], mac[b % 8]);
                 }
-                const int8_t *xb = a->q + (int64_t)r * w->k + b * 32;
-                float s0 = xs[b] * sc.d0[b], s1 = xs[b] * sc.d1[b];
-                acc0 = vfmaq_f32(acc0, vcvtq_f32_s32(dot4(w0, vld1q_s8(xb))), vdupq_n_f32(s0));
-                acc1 = vfmaq_f32(acc1, vcvtq_f32_s32(dot4(w1, vld1q_s8(xb + 16))), vdupq_n_f32(s1));
-                if (sc.m) mac[b % 8] = fmaf(xsum[b], xs[b] * sc.m[b], mac[b % 8]);
             }
             float t[8];
             vst1q_f32(t, acc0);
@@ -303,9 +432,10 @@ int tf_best_isa(void) {
 #ifdef TF_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512bw"))
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c"))
         return 2;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return 1;
     return 0;
 #elif defined(TF_NEON)
     return 3;
@@ -349,12 +479,17 @@ void tf_dequant_row(const tf_weight *w, int n, float *out) {
         for (int i = 0; i < w->k; i++) out[i] = bf16_f32(wr[i]);
         return;
     }
-    scales sc = scales_of(w, n);
-    for (int b = 0; b < nb; b++)
-        for (int e = 0; e < 32; e++) {
-            float q = w->fmt == TF_Q4A ? (float)q4_at(w->q + ((int64_t)n * nb + b) * 16, e)
-                                       : (float)((const int8_t *)w->q)[((int64_t)n * nb + b) * 32 + e];
-            float v = q * (e < 16 ? sc.d0[b] : sc.d1[b]);
-            out[b * 32 + e] = sc.m ? v + sc.m[b] : v;
-        }
+    planes pl = planes_of(w);
+    int64_t base = (int64_t)n * pl.S;
+    for (int b0 = 0; b0 < nb; b0 += 8) {
+        float d0[8], d1[8], m[8];
+        scales8(w, base + pl.d0, b0, d0);
+        scales8(w, base + pl.d1, b0, d1);
+        if (pl.m >= 0) scales8(w, base + pl.m, b0, m);
+        for (int b = b0; b < nb && b < b0 + 8; b++)
+            for (int e = 0; e < 32; e++) {
+                float v = (float)q_at(w, n, b, e) * (e < 16 ? d0[b - b0] : d1[b - b0]);
+                out[b * 32 + e] = pl.m >= 0 ? v + m[b - b0] : v;
+            }
+    }
 }
