@@ -72,6 +72,20 @@ class Packed:
     qh: np.ndarray | None = None  # HIGH: uint8 [n, k//32 * 4]
     sup: np.ndarray | None = None  # SUPER: float32 [n, S, ceil(k//32 / 8)]
 
+    def __post_init__(self) -> None:
+        self.s = _with_slack(self.s)
+
+
+def _with_slack(a: np.ndarray) -> np.ndarray:
+    """``a`` in a buffer with 16 readable bytes past its end: the kernels load a
+    row's last partial group of eight scales whole and mask it."""
+    if a.size == 0:
+        return a
+    buf = np.zeros(a.nbytes + 16, np.uint8)
+    out = buf[:a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
 
 def nbytes(p: Packed) -> int:
     """Bytes the weight holds in memory: every array the kernels read."""

@@ -177,25 +177,15 @@ TF_INLINE void prefetch_span(const void *p, int64_t bytes) {
 TF_AVX2 TF_INLINE __m256 wscale8(const tf_weight *w, int64_t plane, int nb, int b0, int nblk, __m256i mask) {
     int64_t o = plane * nb + b0;
     if (w->flags & TF_HALF) {
-        const uint16_t *p = (const uint16_t *)w->s + o;
-        __m128i h;
-        if (nblk == 8) h = _mm_loadu_si128((const __m128i *)p);
-        else {
-            uint16_t t[8] = {0};
-            memcpy(t, p, (size_t)nblk * 2);
-            h = _mm_loadu_si128((const __m128i *)t);
-        }
+        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w->s + o));   /* 16 bytes of slack */
+        if (nblk < 8) h = _mm_and_si128(h, _mm_cmpgt_epi16(_mm_set1_epi16((short)nblk),
+                                                          _mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7)));
         return _mm256_cvtph_ps(h);
     }
     if (w->flags & TF_SUPER) {
-        const int8_t *p = (const int8_t *)w->s + o;
-        __m128i c;
-        if (nblk == 8) c = _mm_loadl_epi64((const __m128i *)p);
-        else {
-            int8_t t[8] = {0};
-            memcpy(t, p, (size_t)nblk);
-            c = _mm_loadl_epi64((const __m128i *)t);
-        }
+        __m128i c = _mm_loadl_epi64((const __m128i *)((const int8_t *)w->s + o));
+        if (nblk < 8) c = _mm_and_si128(c, _mm_cmpgt_epi8(_mm_set1_epi8((char)nblk),
+                                                          _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)));
         __m256 su = _mm256_broadcast_ss(w->sup + plane * nsup(nb) + b0 / 8);
         return _mm256_mul_ps(su, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c)));
     }
@@ -214,9 +204,7 @@ TF_AVX2 TF_INLINE __m256i high_avx2(const uint8_t *p) {
     return _mm256_and_si256(v, _mm256_set1_epi8(16));
 }
 TF_VNNI TF_INLINE __m256i high_vnni(const uint8_t *p) {
-    uint32_t h;
-    memcpy(&h, p, 4);
-    return _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(16));
+    return _mm256_maskz_mov_epi8(_load_mask32((__mmask32 *)p), _mm256_set1_epi8(16));
 }
 
 /* A tile of RT rows x NT outputs: eight blocks' scales at a time, then each
@@ -292,35 +280,55 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, i
             _mm256_storeu_ps(v, mac[t][r]);                                                         \
             out[(int64_t)(r0 + r) * ldy + n0 + t] = tree8(u) + tree8(v);                            \
         }                                                                                           \
-}                                                                                                   \
-ATTR TF_INLINE void NAME##_run(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy, \
-                               int Q4, int TWO, int MIN, int HIGH) {                                \
+}
+/* One function per tile shape and weight format: each is register-allocated on
+ * its own (one function holding them all spilled its accumulators). */
+#define TF_SHAPE(NAME, ATTR, F, NT, RT, Q4, TWO, MIN, HIGH)                                          \
+ATTR __attribute__((noinline)) static void NAME##_##F##_##NT##RT(                                   \
+        const tf_weight *w, int n, const tf_acts *a, int r, float *y, int ldy) {                    \
+    NAME(w, n, NT, a, r, RT, y, ldy, Q4, TWO, MIN, HIGH);                                           \
+}
+#define TF_FORMAT(NAME, ATTR, F, Q4, TWO, MIN, HIGH)                                                 \
+TF_SHAPE(NAME, ATTR, F, 1, 4, Q4, TWO, MIN, HIGH)                                                    \
+TF_SHAPE(NAME, ATTR, F, 1, 3, Q4, TWO, MIN, HIGH)                                                    \
+TF_SHAPE(NAME, ATTR, F, 2, 2, Q4, TWO, MIN, HIGH)                                                    \
+TF_SHAPE(NAME, ATTR, F, 1, 2, Q4, TWO, MIN, HIGH)                                                    \
+TF_SHAPE(NAME, ATTR, F, 2, 1, Q4, TWO, MIN, HIGH)                                                    \
+TF_SHAPE(NAME, ATTR, F, 1, 1, Q4, TWO, MIN, HIGH)                                                    \
+ATTR static void NAME##_##F(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
     int rows = a->rows, r = 0, n;                                                                   \
     for (; r + 4 <= rows; r += 4)                                                                   \
-        for (n = n0; n < n1; n++) NAME(w, n, 1, a, r, 4, y, ldy, Q4, TWO, MIN, HIGH);               \
+        for (n = n0; n < n1; n++) NAME##_##F##_14(w, n, a, r, y, ldy);                              \
     switch (rows - r) {                                                                             \
     case 3:                                                                                         \
-        for (n = n0; n < n1; n++) NAME(w, n, 1, a, r, 3, y, ldy, Q4, TWO, MIN, HIGH);               \
+        for (n = n0; n < n1; n++) NAME##_##F##_13(w, n, a, r, y, ldy);                              \
         break;                                                                                      \
     case 2:                                                                                         \
-        for (n = n0; n + 2 <= n1; n += 2) NAME(w, n, 2, a, r, 2, y, ldy, Q4, TWO, MIN, HIGH);       \
-        for (; n < n1; n++) NAME(w, n, 1, a, r, 2, y, ldy, Q4, TWO, MIN, HIGH);                     \
+        for (n = n0; n + 2 <= n1; n += 2) NAME##_##F##_22(w, n, a, r, y, ldy);                      \
+        for (; n < n1; n++) NAME##_##F##_12(w, n, a, r, y, ldy);                                    \
         break;                                                                                      \
     case 1:                                                                                         \
-        for (n = n0; n + 2 <= n1; n += 2) NAME(w, n, 2, a, r, 1, y, ldy, Q4, TWO, MIN, HIGH);       \
-        for (; n < n1; n++) NAME(w, n, 1, a, r, 1, y, ldy, Q4, TWO, MIN, HIGH);                     \
+        for (n = n0; n + 2 <= n1; n += 2) NAME##_##F##_21(w, n, a, r, y, ldy);                      \
+        for (; n < n1; n++) NAME##_##F##_11(w, n, a, r, y, ldy);                                    \
         break;                                                                                      \
     }                                                                                               \
-}                                                                                                   \
+}
+#define TF_KERNELS(NAME, ATTR)                                                                       \
+TF_FORMAT(NAME, ATTR, q4a, 1, 0, 1, 0)                                                               \
+TF_FORMAT(NAME, ATTR, q5a, 1, 0, 1, 1)                                                               \
+TF_FORMAT(NAME, ATTR, q8tm, 0, 1, 1, 0)                                                              \
+TF_FORMAT(NAME, ATTR, q8t, 0, 1, 0, 0)                                                               \
+TF_FORMAT(NAME, ATTR, q8m, 0, 0, 1, 0)                                                               \
+TF_FORMAT(NAME, ATTR, q8, 0, 0, 0, 0)                                                                \
 ATTR static void NAME##_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
     int two = (w->flags & TF_TWO_SCALES) != 0, min = (w->flags & TF_HAS_MIN) != 0;                  \
     if (w->fmt == TF_Q4A) {                                                                         \
-        if (w->flags & TF_HIGH) NAME##_run(w, n0, n1, a, y, ldy, 1, 0, 1, 1);                       \
-        else NAME##_run(w, n0, n1, a, y, ldy, 1, 0, 1, 0);                                          \
-    } else if (two && min) NAME##_run(w, n0, n1, a, y, ldy, 0, 1, 1, 0);                            \
-    else if (two) NAME##_run(w, n0, n1, a, y, ldy, 0, 1, 0, 0);                                     \
-    else if (min) NAME##_run(w, n0, n1, a, y, ldy, 0, 0, 1, 0);                                     \
-    else NAME##_run(w, n0, n1, a, y, ldy, 0, 0, 0, 0);                                              \
+        if (w->flags & TF_HIGH) NAME##_q5a(w, n0, n1, a, y, ldy);                                   \
+        else NAME##_q4a(w, n0, n1, a, y, ldy);                                                      \
+    } else if (two && min) NAME##_q8tm(w, n0, n1, a, y, ldy);                                       \
+    else if (two) NAME##_q8t(w, n0, n1, a, y, ldy);                                                 \
+    else if (min) NAME##_q8m(w, n0, n1, a, y, ldy);                                                 \
+    else NAME##_q8(w, n0, n1, a, y, ldy);                                                           \
 }
 
 TF_AVX2 TF_INLINE __m256i dot_avx2(__m256i u, __m256i s) {
@@ -331,6 +339,8 @@ TF_VNNI TF_INLINE __m256i dot_vnni(__m256i u, __m256i s) {
 }
 TF_TILE(tile_avx2, TF_AVX2, dot_avx2, high_avx2)
 TF_TILE(tile_vnni, TF_VNNI, dot_vnni, high_vnni)
+TF_KERNELS(tile_avx2, TF_AVX2)
+TF_KERNELS(tile_vnni, TF_VNNI)
 #endif
 
 /* ---------------------------------------------------------------- NEON */

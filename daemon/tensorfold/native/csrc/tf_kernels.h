@@ -36,7 +36,9 @@ typedef struct {
     int32_t k;            /* inputs (a multiple of 32) */
     const uint8_t *q;     /* Q4A: n*nb blocks of 16 bytes, byte i = element i (low nibble), i + 16 (high);
                              Q8: n*k int8; BF16: n*k uint16 */
-    const void *s;        /* [n][S][nb]: fp32, or fp16 (TF_HALF), or int8 codes (TF_SUPER) */
+    const void *s;        /* [n][S][nb]: fp32, or fp16 (TF_HALF), or int8 codes (TF_SUPER); fp16 and
+                             int8 planes need 16 readable bytes past their end (a last partial group
+                             of eight is loaded whole, then masked) */
     const float *bias;    /* n floats or NULL */
     const uint8_t *qh;    /* TF_HIGH: n*nb blocks of 4 bytes, bit e%8 of byte e/8 = bit 4 of element e
                              (q = nibble | bit << 4, 0..31); else NULL */
