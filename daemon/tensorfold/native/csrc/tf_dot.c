@@ -15,6 +15,13 @@
 #define TF_NEON 1
 #endif
 
+/* Vector-width clones of plain-C loops (lanes are written out: same bits in every clone). */
+#if defined(TF_X86) && defined(__linux__) && defined(__GNUC__)
+#define TF_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TF_CLONES
+#endif
+
 static inline float tree8(const float *a) {
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
@@ -420,18 +427,57 @@ static inline float bf16_f32(uint16_t h) {
     return f;
 }
 
-static void rows_bf16(const tf_weight *w, int n0, int n1, const float *x, int rows, float *y, int ldy) {
+/* lanes8 over k for four outputs at once (four independent chains); bf16 widens by a shift */
+typedef float v8f __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+typedef uint16_t v8h __attribute__((vector_size(16)));
+
+static inline v8f bf16x8(const uint16_t *p) {
+    v8h h;
+    memcpy(&h, p, sizeof h);
+    v8u u = __builtin_convertvector(h, v8u) << 16;
+    v8f f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline v8f f32x8(const float *p) {
+    v8f f;
+    memcpy(&f, p, sizeof f);
+    return f;
+}
+
+static inline float tree8v(v8f v) {
+    float a[8];
+    memcpy(a, &v, sizeof a);
+    return tree8(a);
+}
+
+TF_CLONES static void rows_bf16(const tf_weight *w, int n0, int n1, const float *x, int rows, float *y, int ldy) {
     const uint16_t *wq = (const uint16_t *)w->q;
-    for (int n = n0; n < n1; n++) {
-        const uint16_t *wr = wq + (int64_t)n * w->k;
+    int k = w->k, n = n0;
+    for (; n + 4 <= n1; n += 4) {
+        const uint16_t *w0 = wq + (int64_t)n * k, *w1 = w0 + k, *w2 = w1 + k, *w3 = w2 + k;
         for (int r = 0; r < rows; r++) {
-            const float *xr = x + (int64_t)r * w->k;
-            float acc[8] = {0};
-            for (int i = 0; i < w->k; i += 8)
-                for (int l = 0; l < 8; l++) acc[l] = acc[l] + xr[i + l] * bf16_f32(wr[i + l]);
-            y[(int64_t)r * ldy + n] = tree8(acc);
+            const float *xr = x + (int64_t)r * k;
+            v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int i = 0; i < k; i += 8) {
+                v8f xv = f32x8(xr + i);
+                a0 = a0 + xv * bf16x8(w0 + i);
+                a1 = a1 + xv * bf16x8(w1 + i);
+                a2 = a2 + xv * bf16x8(w2 + i);
+                a3 = a3 + xv * bf16x8(w3 + i);
+            }
+            float *yr = y + (int64_t)r * ldy + n;
+            yr[0] = tree8v(a0); yr[1] = tree8v(a1); yr[2] = tree8v(a2); yr[3] = tree8v(a3);
         }
     }
+    for (; n < n1; n++)
+        for (int r = 0; r < rows; r++) {
+            v8f a = {0};
+            for (int i = 0; i < k; i += 8) a = a + f32x8(x + (int64_t)r * k + i) * bf16x8(wq + (int64_t)n * k + i);
+            y[(int64_t)r * ldy + n] = tree8v(a);
+        }
 }
 
 /* ---------------------------------------------------------------- dispatch */
