@@ -2,29 +2,16 @@
  * (definitions in tf_kernels.h), one scalar reference and SIMD paths that
  * reproduce it bit for bit (AVX2, AVX-512 VNNI on x86; NEON on ARM). */
 #include "tf_dot.h"
+#include "tf_lanes.h"
 
 #include <math.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define TF_X86 1
-#endif
 #if defined(__aarch64__) || defined(__ARM_NEON)
 #include <arm_neon.h>
 #define TF_NEON 1
 #endif
 
-/* Vector-width clones of plain-C loops (lanes are written out: same bits in every clone). */
-#if defined(TF_X86) && defined(__linux__) && defined(__GNUC__)
-#define TF_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define TF_CLONES
-#endif
-
-static inline float tree8(const float *a) {
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
 
 /* ---------------------------------------------------------------- activations */
 
@@ -428,7 +415,6 @@ static inline float bf16_f32(uint16_t h) {
 }
 
 /* lanes8 over k for four outputs at once (four independent chains); bf16 widens by a shift */
-typedef float v8f __attribute__((vector_size(32)));
 typedef uint32_t v8u __attribute__((vector_size(32)));
 typedef uint16_t v8h __attribute__((vector_size(16)));
 
@@ -441,17 +427,6 @@ static inline v8f bf16x8(const uint16_t *p) {
     return f;
 }
 
-static inline v8f f32x8(const float *p) {
-    v8f f;
-    memcpy(&f, p, sizeof f);
-    return f;
-}
-
-static inline float tree8v(v8f v) {
-    float a[8];
-    memcpy(a, &v, sizeof a);
-    return tree8(a);
-}
 
 TF_CLONES static void rows_bf16(const tf_weight *w, int n0, int n1, const float *x, int rows, float *y, int ldy) {
     const uint16_t *wq = (const uint16_t *)w->q;
@@ -462,7 +437,7 @@ TF_CLONES static void rows_bf16(const tf_weight *w, int n0, int n1, const float 
             const float *xr = x + (int64_t)r * k;
             v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
             for (int i = 0; i < k; i += 8) {
-                v8f xv = f32x8(xr + i);
+                v8f xv = load8(xr + i);
                 a0 = a0 + xv * bf16x8(w0 + i);
                 a1 = a1 + xv * bf16x8(w1 + i);
                 a2 = a2 + xv * bf16x8(w2 + i);
@@ -475,7 +450,7 @@ TF_CLONES static void rows_bf16(const tf_weight *w, int n0, int n1, const float 
     for (; n < n1; n++)
         for (int r = 0; r < rows; r++) {
             v8f a = {0};
-            for (int i = 0; i < k; i += 8) a = a + f32x8(x + (int64_t)r * k + i) * bf16x8(wq + (int64_t)n * k + i);
+            for (int i = 0; i < k; i += 8) a = a + load8(x + (int64_t)r * k + i) * bf16x8(wq + (int64_t)n * k + i);
             y[(int64_t)r * ldy + n] = tree8v(a);
         }
 }

@@ -3,44 +3,20 @@
  * (-ffp-contract=off): every reduction is written with explicit lanes
  * (tree8), so the compiler may vectorize lanes but never reorders a sum. */
 #include "tf_ops.h"
+#include "tf_lanes.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define TF_X86 1
-#endif
 
-/* Vector-width clones of the plain-C loops (lanes are written out, so every
- * clone computes the same bits; only the speed differs). */
-#if defined(TF_X86) && defined(__linux__) && defined(__GNUC__)
-#define TF_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define TF_CLONES
-#endif
 
-static inline float tree8(const float *a) {
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
-
-/* Eight fp32 lanes (GCC/clang vector extension: lane-wise IEEE operations). */
-typedef float v8f __attribute__((vector_size(32)));
-
-static inline v8f load8(const float *p) {
-    v8f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
 
 /* lanes8 dot product of n (a multiple of 8) elements */
 static inline float dot8(const float *a, const float *b, int n) {
     v8f acc = {0};
     for (int i = 0; i < n; i += 8) acc = acc + load8(a + i) * load8(b + i);
-    float t[8];
-    memcpy(t, &acc, sizeof t);
-    return tree8(t);
+    return tree8v(acc);
 }
 
 /* dot8 of a with four consecutive rows of b (row stride n): four independent chains */
@@ -53,11 +29,10 @@ static inline void dot8x4(const float *a, const float *b, int n, float *out) {
         c2 = c2 + x * load8(b + 2 * n + i);
         c3 = c3 + x * load8(b + 3 * n + i);
     }
-    float t[8];
-    memcpy(t, &c0, sizeof t); out[0] = tree8(t);
-    memcpy(t, &c1, sizeof t); out[1] = tree8(t);
-    memcpy(t, &c2, sizeof t); out[2] = tree8(t);
-    memcpy(t, &c3, sizeof t); out[3] = tree8(t);
+    out[0] = tree8v(c0);
+    out[1] = tree8v(c1);
+    out[2] = tree8v(c2);
+    out[3] = tree8v(c3);
 }
 
 /* ---------------------------------------------------------------- exp, silu */

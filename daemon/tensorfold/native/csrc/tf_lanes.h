@@ -1,0 +1,39 @@
+/* The eight fp32 lanes every reduction is written in, and the x86 clones of
+ * plain-C loops.  Lane-wise IEEE operations give the same bits at any vector
+ * width, so a clone changes only the speed. */
+#ifndef TF_LANES_H
+#define TF_LANES_H
+
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TF_X86 1
+#endif
+
+#if defined(TF_X86) && defined(__linux__) && defined(__GNUC__)
+#define TF_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TF_CLONES
+#endif
+
+/* lanes8's fixed add tree */
+static inline float tree8(const float *a) {
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f load8(const float *p) {
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline float tree8v(v8f v) {
+    float a[8];
+    memcpy(a, &v, sizeof a);
+    return tree8(a);
+}
+
+#endif
