@@ -133,15 +133,16 @@ def test_foreground_waits_before_background_in_the_queue(tiny_model, engine):
 
 def test_queued_request_whose_client_left_never_starts(tiny_model, engine):
     with engine_on(tiny_model, parallel=1) as one_lane:
-        long = make_request(chat_prompt(engine, "long"), rid="long", max_tokens=200, ignore_eos=True)
+        long = make_request(chat_prompt(engine, "long"), rid="long", max_tokens=1500, ignore_eos=True)
         queued = make_request(chat_prompt(engine, "never"), rid="q", max_tokens=5, ignore_eos=True)
 
         async def scenario():
             task = asyncio.ensure_future(collect(one_lane, long))
-            await asyncio.sleep(0.05)
+            while one_lane.health()["completion_tokens_total"] < 1:      # the lane is busy
+                await asyncio.sleep(0.001)
             agen = one_lane.generate(queued)
             waiter = asyncio.ensure_future(agen.__anext__())
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.01)
             waiter.cancel()                 # the client leaves: the generator's cleanup aborts it
             with pytest.raises(asyncio.CancelledError):
                 await waiter
