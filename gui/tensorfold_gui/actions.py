@@ -15,6 +15,7 @@ from PySide6.QtGui import QAction, QActionGroup, QDesktopServices
 from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
 
 from tensorfold.client import State
+from tensorfold.client import cached_models as client_models
 from tensorfold.client.supervisor import Status
 
 from .controller import DaemonController
@@ -29,8 +30,7 @@ PENDING_LABELS = {"start": "Starting…", "stop": "Stopping…", "restart": "Res
 def cached_models() -> list[str]:
     """What `--model` accepts without a download (the model cache, the HF hub cache)."""
     try:
-        from tensorfold.checkpoints.resolve import list_cached
-        return [m.name for m in list_cached()]
+        return [m.name for m in client_models()]
     except Exception as exc:          # an unreadable cache must not break the menu
         log.warning("cannot list cached models: %s", exc)
         return []

@@ -18,7 +18,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
-from tensorfold.client import Supervisor
+from tensorfold.client import Supervisor, cached_models
 from tensorfold.client.http import DEFAULT_URL, DaemonClient, DaemonError
 
 from .daemon_view import DaemonView
@@ -33,12 +33,6 @@ TABS = ("rates", "responses", "daemon")
 RESPONSES_TAB_ACTIONS = ("view", "delete", "more")
 DAEMON_ACTIONS = ("start", "stop", "restart", "model")
 OWN_ACTIONS = ("show_tab", *RESPONSES_TAB_ACTIONS, *DAEMON_ACTIONS)
-
-
-def cached_models() -> list[Any]:
-    from tensorfold.checkpoints.resolve import list_cached  # a light import: names, paths, sizes
-
-    return list_cached()
 
 
 class TensorFoldApp(App[None]):
