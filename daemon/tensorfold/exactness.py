@@ -222,14 +222,11 @@ async def run_suite(urls: dict[str, str | None], cases: list[Case], preempt_case
                                               "" if cached > 0 else "rerun found no cached prefix")
         tallies["streamed vs whole"].add(c, f["sha"], s["sha"])
         tallies["concurrent (8, staggered) vs solo"].add(c, f["sha"], t["sha"])
-    if urls.get("chunk"):
-        async with httpx.AsyncClient(base_url=urls["chunk"], timeout=timeout) as http:
-            for c, f in zip(cases, fresh):
-                tallies["other prefill chunk vs default"].add(c, f["sha"], (await ask(http, c.body))["sha"])
-    if urls.get("threads1"):
-        async with httpx.AsyncClient(base_url=urls["threads1"], timeout=timeout) as http:
-            for c, f in zip(cases, fresh):
-                tallies["1 thread vs 2 threads"].add(c, f["sha"], (await ask(http, c.body))["sha"])
+    for server, comparison in (("chunk", "other prefill chunk vs default"), ("threads1", "1 thread vs 2 threads")):
+        if urls.get(server):       # the same cases, one at a time, on a server set up otherwise
+            async with httpx.AsyncClient(base_url=urls[server], timeout=timeout) as http:
+                for c, f in zip(cases, fresh):
+                    tallies[comparison].add(c, f["sha"], (await ask(http, c.body))["sha"])
     if urls.get("model"):
         async with httpx.AsyncClient(base_url=urls["model"], timeout=timeout) as http:
             await drafted_vs_serial(http, cases, seed, "model", tallies)

@@ -109,6 +109,12 @@ def test_background_yields_its_lane_and_replays_exactly(tiny_model, engine):
     assert bg_reply.finish.usage.completion_tokens == 300
 
 
+async def until_decoding(engine) -> None:
+    """Until the engine has decoded a token: its lane is busy."""
+    while engine.health()["completion_tokens_total"] < 1:
+        await asyncio.sleep(0.001)
+
+
 def test_foreground_waits_before_background_in_the_queue(tiny_model, engine):
     with engine_on(tiny_model, parallel=1) as one_lane:
         first = make_request(chat_prompt(engine, "first"), rid="a", max_tokens=400, ignore_eos=True)
@@ -123,8 +129,7 @@ def test_foreground_waits_before_background_in_the_queue(tiny_model, engine):
 
         async def scenario():
             running = asyncio.ensure_future(go(first, 0))
-            while one_lane.health()["completion_tokens_total"] < 1:      # the lane is busy
-                await asyncio.sleep(0.001)
+            await until_decoding(one_lane)
             await asyncio.gather(go(bg, 0), go(fg, 0.001), running)
 
         asyncio.run(scenario())
@@ -138,8 +143,7 @@ def test_queued_request_whose_client_left_never_starts(tiny_model, engine):
 
         async def scenario():
             task = asyncio.ensure_future(collect(one_lane, long))
-            while one_lane.health()["completion_tokens_total"] < 1:      # the lane is busy
-                await asyncio.sleep(0.001)
+            await until_decoding(one_lane)
             agen = one_lane.generate(queued)
             waiter = asyncio.ensure_future(agen.__anext__())
             await asyncio.sleep(0.01)

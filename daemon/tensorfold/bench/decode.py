@@ -38,6 +38,10 @@ class Rates:
     prefill_tps: float
     decode_tps: float
 
+    @classmethod
+    def median(cls, runs: list[Rates]) -> Rates:
+        return cls(statistics.median(r.prefill_tps for r in runs), statistics.median(r.decode_tps for r in runs))
+
 
 def bench_prompt(tokenizer, n_tokens: int) -> list[int]:
     ids: list[int] = []
@@ -46,22 +50,11 @@ def bench_prompt(tokenizer, n_tokens: int) -> list[int]:
     return ids[:n_tokens]
 
 
-def describe(runner) -> str:
-    """How our runner computes, for the benches' headers."""
-    if hasattr(runner, "describe"):
-        return str(runner.describe())
-    return f"{type(runner).__name__} {str(getattr(runner, 'dtype', '')).removeprefix('torch.')}"
-
-
 def our_threads(requested: int | None) -> int:
     """--threads, else the thread count our CPU engine picks by default."""
-    if requested:
-        return requested
-    try:
-        from ..native.runner import default_threads
-    except ImportError:
-        return torch.get_num_threads()
-    return default_threads()
+    from ..native.runner import default_threads
+
+    return requested or default_threads()
 
 
 def rss_mib() -> float:
@@ -140,18 +133,16 @@ def run_engine(folder: Path, config, prompt: list[int], new_tokens: int, repeats
         runs = [ours.one(prompt, new_tokens)[0] for _ in range(repeats + 1)][1:]   # the first warms up
     finally:
         ours.close()
-    return Rates(statistics.median(r.prefill_tps for r in runs), statistics.median(r.decode_tps for r in runs))
+    return Rates.median(runs)
 
 
 def _hf_model(folder: Path):
     """The folder's model in transformers; a GGUF-backed folder's weights dequantized (as our reference)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    try:
-        from ..checkpoints.files import gguf_file, iter_weights
-    except ImportError:
-        gguf_file = None
-    if gguf_file is None or gguf_file(folder) is None:
+    from ..checkpoints.files import gguf_file, iter_weights
+
+    if gguf_file(folder) is None:
         return AutoModelForCausalLM.from_pretrained(folder)
     model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder))
     missing, _ = model.load_state_dict(dict(iter_weights(folder)), strict=False)
@@ -202,7 +193,7 @@ def against_llamacpp(args: argparse.Namespace, folder: Path, gguf: Path, prompt:
     rss_loaded = rss_mib()
     threads = our_threads(args.threads)
     llm = llamacpp.load(gguf, threads, n_ctx)
-    print(f"model {folder.name}  gguf {gguf.name}  engine {describe(ours.client.runner)}  threads {threads}  "
+    print(f"model {folder.name}  gguf {gguf.name}  engine {ours.client.runner.describe()}  threads {threads}  "
           f"prompt {len(prompt)} tokens  new {args.new_tokens} tokens  median of {args.repeats}", flush=True)
     mine, theirs, streams = [], [], []
     try:
@@ -218,10 +209,9 @@ def against_llamacpp(args: argparse.Namespace, folder: Path, gguf: Path, prompt:
     finally:
         ours.close()
         llm.close()
-    med = statistics.median
-    ours_r = Rates(med(r.prefill_tps for r in mine), med(r.decode_tps for r in mine))
-    _table("llama.cpp", ours_r, Rates(med(r.prefill_tps for r in theirs), med(r.decode_tps for r in theirs)))
-    agg = med(streams)
+    ours_r = Rates.median(mine)
+    _table("llama.cpp", ours_r, Rates.median(theirs))
+    agg = statistics.median(streams)
     print(f"tensorfold {len(prompts)} streams: {agg:.1f} tok/s aggregate decode, "
           f"{agg / ours_r.decode_tps:.2f}x its 1-stream {ours_r.decode_tps:.1f}")
     same = next((k for k, (a, b) in enumerate(zip(our_tokens, their_tokens)) if a != b),

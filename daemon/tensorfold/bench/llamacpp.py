@@ -37,10 +37,8 @@ def find_gguf(model_spec: str | None, folder: Path, explicit: str | None) -> Pat
         return Path(explicit).expanduser()
     if model_spec and model_spec.lower().endswith(".gguf") and Path(model_spec).expanduser().is_file():
         return Path(model_spec).expanduser()
-    try:
-        from ..checkpoints.files import gguf_file
-    except ImportError:
-        return None
+    from ..checkpoints.files import gguf_file
+
     return gguf_file(folder)
 
 

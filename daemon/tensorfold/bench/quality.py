@@ -86,7 +86,7 @@ def run_quality_bench(args: argparse.Namespace) -> int:
     from ..config import EngineConfig
     from ..engine.client import EngineClient
     from . import llamacpp
-    from .decode import describe, our_threads
+    from .decode import our_threads
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -115,7 +115,7 @@ def run_quality_bench(args: argparse.Namespace) -> int:
     except llamacpp.LlamaCppMissing:
         note = f"llama.cpp: skipped; {llamacpp.INSTALL_HINT}"
 
-    print(f"model {folder.name}  ours {describe(ours)}  reference torch float32  "
+    print(f"model {folder.name}  ours {ours.describe()}  reference torch float32  "
           f"text {name}: {len(windows)} windows x {args.tokens} tokens  threads {our_threads(args.threads)}",
           flush=True)
     ref_score, our_score, llama_score = Score(), Score(), Score()

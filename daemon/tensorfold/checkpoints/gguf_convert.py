@@ -214,20 +214,24 @@ def generation_config(meta: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _dequantized(tensor: Any) -> np.ndarray:
-    """A GGUF tensor as float32 in torch orientation (reversed GGUF dims)."""
+def _dequantize(data: np.ndarray, qtype: Any, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """GGUF tensor data as float32 in torch orientation ``shape``."""
     from gguf.quants import dequantize
 
-    shape = tuple(int(d) for d in reversed(tensor.shape))
     try:
-        data = dequantize(tensor.data, tensor.tensor_type)
+        array = dequantize(np.asarray(data), qtype)
     except NotImplementedError:
-        kind = getattr(tensor.tensor_type, "name", tensor.tensor_type)
+        kind = getattr(qtype, "name", qtype)
         raise CheckpointError(
-            f"GGUF tensor {tensor.name} is stored as {kind}, which this gguf package cannot dequantize; "
+            f"GGUF tensor {name} is stored as {kind}, which this gguf package cannot dequantize; "
             "use a GGUF with a common quantization (F16, Q8_0, Q4_K_M, ...)"
         ) from None
-    return np.asarray(data, dtype=np.float32).reshape(shape)
+    return np.asarray(array, dtype=np.float32).reshape(shape)
+
+
+def _dequantized(tensor: Any) -> np.ndarray:
+    """A GGUF tensor as float32 in torch orientation (reversed GGUF dims)."""
+    return _dequantize(tensor.data, tensor.tensor_type, tensor.name, tuple(int(d) for d in reversed(tensor.shape)))
 
 
 def iter_gguf_weights(gguf_path: str | Path) -> Iterator[tuple[str, Any, np.ndarray, tuple[int, ...]]]:
@@ -240,8 +244,8 @@ def iter_gguf_weights(gguf_path: str | Path) -> Iterator[tuple[str, Any, np.ndar
     from gguf import GGUFReader
 
     reader = GGUFReader(str(gguf_path))
-    arch = str(read_metadata(reader).get("general.architecture", ""))
     meta = read_metadata(reader)
+    arch = str(meta.get("general.architecture", ""))
     for tensor in reader.tensors:
         name = hf_tensor_name(tensor.name)
         if name is None:
@@ -257,16 +261,8 @@ def iter_gguf_weights(gguf_path: str | Path) -> Iterator[tuple[str, Any, np.ndar
 
 def dequantized_weights(gguf_path: str | Path) -> Iterator[tuple[str, np.ndarray]]:
     """The GGUF's weights as float32 arrays in torch orientation (the fp32 reference, and CUDA)."""
-    from gguf.quants import dequantize
-
     for name, qtype, data, shape in iter_gguf_weights(gguf_path):
-        try:
-            array = dequantize(np.asarray(data), qtype)
-        except NotImplementedError:
-            kind = getattr(qtype, "name", qtype)
-            raise CheckpointError(f"GGUF tensor {name} is stored as {kind}, which this gguf package cannot "
-                                  "dequantize") from None
-        yield name, np.asarray(array, dtype=np.float32).reshape(shape)
+        yield name, _dequantize(data, qtype, name, shape)
 
 
 def convert_gguf(gguf_path: str | Path, out_dir: str | Path, progress: bool = True, move: bool = False) -> Path:

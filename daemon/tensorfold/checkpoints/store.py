@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError
+from .files import GGUF_FILE
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ def is_complete(folder: Path) -> bool:
     return (
         read_marker(folder).get("format") == FORMAT_VERSION
         and (folder / "config.json").is_file()
-        and (any(folder.glob("*.safetensors")) or (folder / "model.gguf").exists())
+        and (any(folder.glob("*.safetensors")) or (folder / GGUF_FILE).exists())
     )
 
 

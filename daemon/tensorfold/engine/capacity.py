@@ -1,39 +1,18 @@
 """How many KV positions the machine can give, and the window that follows.
 
-The budget is what the machine has free less a reserve: on the CPU (and on
-unified-memory GPUs, whose allocations come out of the host's RAM)
-MemAvailable less a tenth of RAM, at least 4 GiB; on a discrete GPU its free
-memory less a tenth of its total. `--kv-memory` replaces the estimate.
+The budget is the runner's `free_memory()` (what the machine has free less a
+reserve: backends/host.py on the CPU, the GPU's own free memory on CUDA);
+`--kv-memory` replaces the estimate.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
-GiB = 1 << 30
+from ..backends.host import GiB
+
 log = logging.getLogger(__name__)
-
-
-def host_memory() -> tuple[int, int]:
-    """(MemTotal, MemAvailable) in bytes, from /proc/meminfo (or psutil-free fallbacks)."""
-    try:
-        info = {}
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            name, value = line.split(":", 1)
-            info[name] = int(value.split()[0]) * 1024
-        return info["MemTotal"], info["MemAvailable"]
-    except (OSError, KeyError, ValueError):
-        import os
-
-        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
-        return pages * size, pages * size // 2
-
-
-def host_budget() -> int:
-    total, available = host_memory()
-    return max(0, available - max(total // 10, 4 * GiB))
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,8 +25,6 @@ from . import lib, quant
 
 log = logging.getLogger(__name__)
 
-WEIGHT_KINDS = ("q8_0", "q4_0", "bf16")
-DEFAULT_WEIGHTS = "q8_0"
 _PARTS = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
           "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
 
@@ -63,10 +61,10 @@ def _load_safetensors(folder: Path, kind: str) -> dict[str, quant.Packed | np.nd
 class NativeModel:
     """Weights, the C structures that point at them, and the KV map."""
 
-    def __init__(self, folder: Path, args: ModelArgs, weights: str = DEFAULT_WEIGHTS) -> None:
+    def __init__(self, folder: Path, args: ModelArgs, weights: str = quant.DEFAULT_FLOAT_KIND) -> None:
         self.lib = lib.load()
-        if weights not in WEIGHT_KINDS:
-            raise CheckpointError(f"--weights {weights!r}: use one of {', '.join(WEIGHT_KINDS)}")
+        if weights not in quant.FLOAT_KINDS:
+            raise CheckpointError(f"--weights {weights!r}: use one of {', '.join(quant.FLOAT_KINDS)}")
         source = gguf_file(folder)
         self.source = "gguf" if source else weights
         w = _load_gguf(source) if source else _load_safetensors(folder, weights)

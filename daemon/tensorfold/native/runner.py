@@ -12,9 +12,10 @@ import torch
 from ..backends.torch.models.llama import ModelArgs
 from ..backends.torch.runner import UnsupportedModel
 from ..checkpoints.files import read_config
-from ..engine.capacity import host_budget
+from ..backends.host import host_budget
 from . import lib
-from .model import DEFAULT_WEIGHTS, NativeModel
+from . import quant
+from .model import NativeModel
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class NativeRunner:
         self.args = ModelArgs.from_config(config)
         self.threads = threads or default_threads()
         lib.ensure_threads(self.threads)
-        self.model = NativeModel(folder, self.args, DEFAULT_WEIGHTS if weights == "auto" else weights)
+        self.model = NativeModel(folder, self.args, quant.DEFAULT_FLOAT_KIND if weights == "auto" else weights)
         self.model.struct.threads = self.threads
         self.vocab_size = self.args.vocab_size
         self.max_positions = self.args.max_positions
@@ -72,23 +73,22 @@ class NativeRunner:
     def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> torch.Tensor:
         """Run `tokens` (segments' rows, in order); fp32 logits [len(out_rows), vocab]."""
         B = self.model.struct.block_size
-        tables, offsets, pos, tab_off = [], [], [], []
+        tables, pos, tab_off = [], [], []
         for seg in segments:
             end = seg.start + seg.rows
             if end > self.max_positions or -(-end // B) > len(seg.table):
                 raise ValueError(f"positions up to {end} exceed the window or the segment's blocks")
-            if any(not 0 <= b < self.model.num_blocks for b in seg.table):
-                raise ValueError("a block id is outside the KV map")
-            offsets.append(len(tables))
-            tab_off += [offsets[-1]] * seg.rows
+            tab_off += [len(tables)] * seg.rows
             pos += range(seg.start, end)
             tables += seg.table
-        t = np.asarray(tokens, dtype=np.int32)
+        i32 = np.int32
+        t, blocks = np.asarray(tokens, dtype=i32), np.asarray(tables or [0], dtype=i32)
         if t.size and (t.min() < 0 or t.max() >= self.vocab_size):
             raise ValueError(f"token id outside the vocabulary (0..{self.vocab_size - 1})")
-        i32 = np.int32
-        return self.model.forward(t, np.asarray(pos, i32), np.asarray(tab_off, i32),
-                                  np.asarray(tables or [0], i32), np.asarray(out_rows, i32))
+        if blocks.min() < 0 or blocks.max() >= self.model.num_blocks:
+            raise ValueError("a block id is outside the KV map")
+        return self.model.forward(t, np.asarray(pos, i32), np.asarray(tab_off, i32), blocks,
+                                  np.asarray(out_rows, i32))
 
 
 def default_threads() -> int:

@@ -9,7 +9,7 @@ import torch
 
 from ...checkpoints.errors import CheckpointError
 from ...checkpoints.files import iter_weights, read_config
-from ...engine.capacity import host_budget
+from ..host import host_budget
 from .kv import KVPool, Segment
 from .models import FAMILIES
 
