@@ -86,10 +86,10 @@ N, K = 37, 256          # 37 outputs: groups of 8 per thread with a ragged tail;
 
 def _hand_q8(flags: int, seed: int) -> Q.Packed:
     """A Q8 weight built directly in the documented layout: int8 q (-128 included) and
-    float32 scale planes [n, S, k/32] (d0[, d1][, m])."""
+    float32 scale planes [n, S, k/32] (d[, m])."""
     rng = np.random.default_rng(seed)
     q = rng.integers(-128, 128, (N, K), dtype=np.int8)
-    planes = 1 + bool(flags & Q.TWO_SCALES) + bool(flags & Q.HAS_MIN)
+    planes = 1 + bool(flags & Q.HAS_MIN)
     s = rng.uniform(-0.02, 0.02, (N, planes, K // 32)).astype(F32)
     return Q.Packed(Q.FMT_Q8, flags, N, K, q, s)
 
@@ -100,11 +100,11 @@ def _packs() -> dict[str, Q.Packed]:
     return {
         "q4a": Q.quantize_float(w(), "q4_0"),
         "q8": Q.quantize_float(w(), "q8_0"),
-        "q8_two_scales": _hand_q8(Q.TWO_SCALES, 1),
         "q8_min": _hand_q8(Q.HAS_MIN, 2),
         # the GGUF repacks, in whatever layout and scale encoding pack_gguf gives them
         "gguf_q6_k": Q.pack_gguf(QT.Q6_K, random_raw(QT.Q6_K, N, K, seed=1), N, K),
         "gguf_q5_k": Q.pack_gguf(QT.Q5_K, random_raw(QT.Q5_K, N, K, seed=2), N, K),
+        "gguf_q4_k": Q.pack_gguf(QT.Q4_K, random_raw(QT.Q4_K, N, K, seed=4), N, K),
         "gguf_q8_0": Q.pack_gguf(QT.Q8_0, random_raw(QT.Q8_0, N, K, seed=3), N, K),
         "bf16": Q.quantize_float(w(), "bf16"),
     }
@@ -201,11 +201,11 @@ def test_linear_thread_invariance(weight, rows):
     assert same_bits(outs[1], outs[0]) and same_bits(outs[2], outs[0])
 
 
-def quantize_acts_np(x: np.ndarray) -> np.ndarray:
-    """The header's act-quant rule in numpy: per row, per 32-block, d = amax/127 (float32),
-    q = rne(x * (1/d)) (float32 product) clipped to +-127, 0 for an all-zero block.
-    Returns the dequantized activations q * d as float64."""
-    b = x.reshape(x.shape[0], -1, 32).astype(F32)
+def quantize_acts_np(x: np.ndarray, span: int = 32) -> np.ndarray:
+    """The header's act-quant rule in numpy: per row, per span (32; 256 for K formats),
+    d = amax/127 (float32), q = rne(x * (1/d)) (float32 product) clipped to +-127, 0 for an
+    all-zero span.  Returns the dequantized activations q * d as float64."""
+    b = x.reshape(x.shape[0], -1, span).astype(F32)
     d = (np.abs(b).max(-1) / F32(127)).astype(F32)
     with np.errstate(divide="ignore"):
         inv = np.where(d == 0, F32(0), F32(1) / d).astype(F32)
@@ -215,9 +215,8 @@ def quantize_acts_np(x: np.ndarray) -> np.ndarray:
 
 def weight_min(p: Q.Packed) -> np.ndarray:
     """The per-block additive term m of each weight element (0 when the format has none)."""
-    if p.fmt == Q.FMT_Q4A or (p.fmt == Q.FMT_Q8 and p.flags & Q.HAS_MIN):
-        planes = Q.scales(p) if hasattr(Q, "scales") else p.s     # float32 [n, S, k/32]; m is the last
-        return np.repeat(planes[:, -1, :], 32, axis=-1)
+    if p.fmt in (Q.FMT_Q4A, Q.FMT_K4, Q.FMT_K5) or (p.fmt == Q.FMT_Q8 and p.flags & Q.HAS_MIN):
+        return np.repeat(Q.scales(p)[:, -1, :], 32, axis=-1)    # float32 [n, S, k/32]; m is the last
     return np.zeros((p.n, p.k), F32)
 
 
@@ -225,7 +224,7 @@ def test_linear_accuracy_against_float64(weight):
     p, bias = weight
     rows = 24
     x = acts(rows, seed=9)
-    xa = x.astype(np.float64) if p.fmt == Q.FMT_BF16 else quantize_acts_np(x)
+    xa = x.astype(np.float64) if p.fmt == Q.FMT_BF16 else quantize_acts_np(x, 256 if p.fmt in Q.K_FORMATS else 32)
     w = Q.dequantize(p).astype(np.float64)
     b = np.zeros(p.n) if bias is None else bias.astype(np.float64)
     ref = xa @ w.T + b

@@ -14,7 +14,6 @@ import importlib.util
 import os
 from functools import cache
 
-FMT_Q4A, FMT_Q8, FMT_BF16 = 1, 2, 3
 ISA_NAMES = {0: "scalar", 1: "avx2", 2: "avx512-vnni", 3: "neon"}
 
 _f32p = C.POINTER(C.c_float)

@@ -13,31 +13,35 @@ FMT_Q4A (4-bit affine), ``q`` uint8 ``[n, k // 2]``, S = 2 (d, m):
     flag nibble | bit << 4 (0..31): ``qh`` uint8 ``[n, nb * 4]``, 4 bytes per
     block, bit e % 8 of byte e // 8 is bit 4 of element e.
 
-FMT_Q8, ``q`` int8 ``[n, k]``, S = 1 + TWO_SCALES + HAS_MIN, scales (d0[, d1][, m]):
-    value = float32(q) * d, with d = d0 for elements 0..15 of a block and d1
-    for elements 16..31 when the TWO_SCALES flag is set (else d0 throughout);
-    then ``+ m`` (float32 add) when HAS_MIN is set.
+FMT_Q8, ``q`` int8 ``[n, k]``, S = 1 + HAS_MIN, scales (d[, m]):
+    value = float32(q) * d, then ``+ m`` (float32 add) when HAS_MIN is set.
 
 FMT_BF16, ``q`` uint16 ``[n, k]`` bf16 bit patterns, ``s`` empty float32.
 
-Scale encodings (flags).  Each decodes to exactly the float32 scales the rules
-above use, so no computed bit depends on the encoding:
+Scale encodings of Q4A and Q8 (flags); each decodes to exactly the float32
+scales the rules above use, so no computed bit depends on the encoding:
     none    ``s`` float32 ``[n, S, nb]``.
     HALF    ``s`` float16 ``[n, S, nb]``, widened exactly.
-    SUPER   ``s`` int8 codes ``[n, S, nb]`` and ``sup`` float32 ``[n, S, ceil(nb / 8)]``:
-            block b's scale is sup[b // 8] * float32(code[b]), one float32
-            multiply that the packer checks is exact (nb a multiple of 8).
+
+FMT_K4, FMT_K5, FMT_K6 (GGUF's Q4_K, Q5_K, Q6_K; k a multiple of 256, nsb =
+k // 256): GGUF's own bit layout per super-block (``q`` uint8 ``[n, nsb * 128]``;
+K5 ``qh`` ``[n, nsb * 32]``, K6 ``qh`` ``[n, nsb * 64]``; tf_kernels.h has the
+bit order), the scales as int8 codes ``s`` ``[n, 2, nb]`` and float32
+super-scales ``sup`` ``[n, SUP, nsb]``.  K4/K5: codes sc, mn and sup d, -dmin:
+value = q * (d * sc) + (-dmin * mn).  K6: the codes of inputs 0..15 and 16..31
+of each block and sup d: value = (q - 32) * (d * code).  The kernels multiply
+codes as integers over whole super-blocks (tf_kernels.h, "K dot").
 
 ``pack_gguf`` repacks GGUF tensors losslessly; bytes per 32 weights (GGUF's own):
     Q4_0 -> Q4A HALF 20 (18)            Q4_1 -> Q4A HALF 20 (20)
     Q5_0 -> Q4A HIGH HALF 24 (22)       Q5_1 -> Q4A HIGH HALF 24 (24)
-    Q8_0 -> Q8 HALF 34 (34)             Q4_K -> Q4A SUPER 19 (18)
-    Q5_K -> Q4A HIGH SUPER 23 (22)      Q6_K -> Q8 TWO_SCALES SUPER 35 (26.25)
+    Q8_0 -> Q8 HALF 34 (34)             Q4_K -> K4 19 (18)
+    Q5_K -> K5 23 (22)                  Q6_K -> K6 26.5 (26.25)
 A HALF plane that would not be exact (-8d or -16d past fp16's range) stays
 float32.  Float tensors are quantized with ``quantize_float``, whose scales
 (amax / 127) are not fp16 values: float32 planes.  ``dequantize`` is the
-float32 reference the C kernels are tested against; ``expand`` gives the same
-weight with float32 planes (the layout before the encodings existed).
+float32 reference the C kernels are tested against; ``expand`` gives a Q4A or
+Q8 weight with float32 planes (the layout before the encodings existed).
 """
 
 from __future__ import annotations
@@ -48,11 +52,11 @@ import numpy as np
 from gguf import GGMLQuantizationType as QT
 from gguf.constants import GGML_QUANT_SIZES
 
-FMT_Q4A, FMT_Q8, FMT_BF16 = 1, 2, 3
-TWO_SCALES, HAS_MIN = 1, 2  # flags for FMT_Q8
+FMT_Q4A, FMT_Q8, FMT_BF16, FMT_K4, FMT_K5, FMT_K6 = 1, 2, 3, 4, 5, 6
+K_FORMATS = (FMT_K4, FMT_K5, FMT_K6)
+HAS_MIN = 2  # flag for FMT_Q8
 HIGH = 4  # flag for FMT_Q4A: a fifth bit per element, in ``qh``
-HALF, SUPER = 8, 16  # scale encodings (at most one)
-ENCODINGS = HALF | SUPER
+HALF = 8  # scale encoding of FMT_Q4A and FMT_Q8
 
 DEFAULT_FLOAT_KIND = "q8_0"
 FLOAT_KINDS = ("q8_0", "q4_0", "bf16")
@@ -67,10 +71,10 @@ class Packed:
     flags: int
     n: int  # rows (output features)
     k: int  # columns (input features), a multiple of 32
-    q: np.ndarray  # Q4A: uint8 [n, k//2]; Q8: int8 [n, k]; BF16: uint16 [n, k]
-    s: np.ndarray  # [n, S, k//32]: float32, float16 (HALF) or int8 codes (SUPER); empty for BF16
-    qh: np.ndarray | None = None  # HIGH: uint8 [n, k//32 * 4]
-    sup: np.ndarray | None = None  # SUPER: float32 [n, S, ceil(k//32 / 8)]
+    q: np.ndarray  # Q4A: uint8 [n, k//2]; Q8: int8 [n, k]; BF16: uint16 [n, k]; K: uint8 [n, k//256 * 128]
+    s: np.ndarray  # [n, S, k//32]: float32, float16 (HALF) or int8 codes (K); empty for BF16
+    qh: np.ndarray | None = None  # HIGH: uint8 [n, k//32 * 4]; K5: [n, k//256 * 32]; K6: [n, k//256 * 64]
+    sup: np.ndarray | None = None  # K: float32 [n, 2 (K6: 1), k//256]
 
     def __post_init__(self) -> None:
         self.s = _with_slack(self.s)
@@ -96,14 +100,26 @@ def scales(p: Packed) -> np.ndarray:
     """The float32 scale planes [n, S, k//32] of the layout rules, decoded from any encoding."""
     if p.flags & HALF:
         return p.s.astype(_F32)
-    if p.flags & SUPER:
-        return np.repeat(p.sup, 8, axis=-1)[..., :p.k // 32] * p.s.astype(_F32)
+    if p.fmt in K_FORMATS:
+        sup = p.sup if p.fmt != FMT_K6 else np.repeat(p.sup, 2, axis=1)
+        return np.repeat(sup, 8, axis=-1) * p.s.astype(_F32)
     return p.s
 
 
 def values(p: Packed) -> np.ndarray:
-    """The integer q of every element, int16 [n, k//32, 32] (Q4A, Q8)."""
+    """The integer q of every element, int16 [n, k//32, 32] (Q4A, Q8, K: K6 with its -32)."""
     nb = p.k // 32
+    if p.fmt in K_FORMATS:
+        nsb = p.k // 256
+        q = p.q.reshape(p.n, nsb, 128)
+        if p.fmt == FMT_K6:
+            v = _k6_values(q, p.qh.reshape(p.n, nsb, 64)).astype(np.int16) - 32
+        else:
+            v = _k_low_nibbles(q).astype(np.int16)                           # [n, nsb, 8, 32]
+            if p.fmt == FMT_K5:
+                h = p.qh.reshape(p.n, nsb, 1, 32) >> np.arange(8, dtype=np.uint8)[:, None]
+                v |= (h & 1).astype(np.int16) << 4
+        return v.reshape(p.n, nb, 32)
     if p.fmt == FMT_Q8:
         return p.q.reshape(p.n, nb, 32).astype(np.int16)
     qb = p.q.reshape(p.n, nb, 16)
@@ -114,15 +130,16 @@ def values(p: Packed) -> np.ndarray:
 
 
 def expand(p: Packed) -> Packed:
-    """The same weight with float32 scale planes and no fifth-bit plane: a HIGH Q4A
-    becomes Q8 with a min (the same integers and scales, so the kernels give the same bits)."""
-    if p.fmt == FMT_BF16:
-        return p
+    """The same Q4A or Q8 weight with float32 scale planes and no fifth-bit plane: a
+    HIGH Q4A becomes Q8 with a min (the same integers and scales, so the kernels give
+    the same bits)."""
+    if p.fmt not in (FMT_Q4A, FMT_Q8):
+        raise ValueError("expand takes a Q4A or Q8 weight")
     s = np.ascontiguousarray(scales(p), dtype=_F32)
     if p.fmt == FMT_Q4A and p.flags & HIGH:
         q = np.ascontiguousarray(values(p).reshape(p.n, p.k), dtype=np.int8)
         return Packed(FMT_Q8, HAS_MIN, p.n, p.k, q, s)
-    return Packed(p.fmt, p.flags & ~ENCODINGS, p.n, p.k, p.q, s)
+    return Packed(p.fmt, p.flags & ~HALF, p.n, p.k, p.q, s)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -174,18 +191,6 @@ def _q8(n: int, k: int, flags: int, qvals: np.ndarray, scales: list[np.ndarray],
     return Packed(FMT_Q8, flags | enc, n, k, q, s)
 
 
-def _with_super(p: Packed, codes: list[np.ndarray], supers: list[np.ndarray]) -> Packed:
-    """``p`` (float32 planes) with its planes stored as int8 codes and one super-scale
-    per 8 blocks, when their products are its planes bit for bit (always, for GGUF
-    K-quants: an fp16 times a code of at most 8 bits is exact in float32)."""
-    n, nb = p.n, p.k // 32
-    c, sup = _stack(n, codes, np.int8), _stack(n, supers, _F32)
-    if (nb % 8 == 0 and sup.shape[-1] == nb // 8 and not np.isnan(sup).any()
-            and _same_bits(np.repeat(sup, 8, axis=-1) * c.astype(_F32), p.s)):
-        return Packed(p.fmt, p.flags | SUPER, n, p.k, p.q, c, p.qh, sup)
-    return p
-
-
 def _k_scales(sb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Q4_K/Q5_K 12-byte packed 6-bit scales/mins [..., 12] -> (sc, mn) uint8 [..., 8].
 
@@ -199,13 +204,34 @@ def _k_scales(sb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sc, mn
 
 
-def _k_d_m(blk: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], list[np.ndarray]]:
-    """Per-32 (d, m) of a Q4_K/Q5_K super-block [..., bytes] -> float32 [..., 8] each;
-    and the same as codes [sc, mn] [..., 8] and super-scales [d, -dmin] [...]."""
-    d, dmin = _f16(blk[..., 0:2]), _f16(blk[..., 2:4])
+def _k_pack(fmt: int, n: int, k: int, q: np.ndarray, qh: np.ndarray | None,
+            codes: list[np.ndarray], supers: list[np.ndarray]) -> Packed:
+    """A K weight from its super-blocks' bytes [n, nsb, ...], codes (two planes of
+    [n, nsb, 8]) and super-scales (planes of [n, nsb])."""
+    s = _stack(n, codes, np.int8)
+    sup = _stack(n, supers, _F32)
+    qh = None if qh is None else np.ascontiguousarray(qh, dtype=np.uint8).reshape(n, -1)
+    return Packed(fmt, 0, n, k, np.ascontiguousarray(q, dtype=np.uint8).reshape(n, -1), s, qh, sup)
+
+
+def _k_codes(blk: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """A Q4_K/Q5_K super-block's codes [sc, mn] [..., 8] and super-scales [d, -dmin] [...]."""
     sc, mn = _k_scales(blk[..., 4:16])
-    return (d[..., None] * sc.astype(_F32), -(dmin[..., None] * mn.astype(_F32)),
-            [sc.astype(np.int8), mn.astype(np.int8)], [d, -dmin])
+    return [sc.astype(np.int8), mn.astype(np.int8)], [_f16(blk[..., 0:2]), -_f16(blk[..., 2:4])]
+
+
+def _k6_values(ql: np.ndarray, qh: np.ndarray) -> np.ndarray:
+    """Q6_K's 128 ql and 64 qh bytes [..., 128], [..., 64] -> unsigned values 0..63 [..., 8, 32].
+
+    Each 128-element half h uses ql[64h:64h+64] and qh[32h:32h+32]; its four
+    32-element chunks t take the low nibbles of ql bytes 0..31 / 32..63, then the
+    high nibbles of bytes 0..31 / 32..63, and bits 2t..2t+1 of the qh bytes.
+    """
+    lead = ql.shape[:-1]
+    lo = ql.reshape(*lead, 2, 1, 2, 32)
+    lo = np.concatenate([lo & 0x0F, lo >> 4], axis=-3)  # [..., 2, 4, 32]
+    hi = qh.reshape(*lead, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8)[:, None]
+    return (lo.reshape(*lead, 2, 4, 32) | ((hi & 3) << np.uint8(4))).reshape(*lead, 8, 32)
 
 
 def _k_low_nibbles(qs: np.ndarray) -> np.ndarray:
@@ -275,33 +301,18 @@ def _from_q8_0(blk, n, k):  # block: fp16 d, 32 int8
     return _q8(n, k, 0, blk[..., 2:].view(np.int8), [_f16(blk[..., 0:2])], half=True)
 
 
-def _from_q4_k(blk, n, k):  # 144 bytes: d, dmin, 12 scale bytes, 128 nibble bytes
-    d, m, codes, supers = _k_d_m(blk)
-    return _with_super(_q4a(n, k, _nibbles_to_q4a(_k_low_nibbles(blk[..., 16:144])), d, m), codes, supers)
+def _from_q4_k(blk, n, k):  # 144 bytes: d, dmin, 12 scale bytes, 128 nibble bytes (the K4 order)
+    return _k_pack(FMT_K4, n, k, blk[..., 16:144], None, *_k_codes(blk))
 
 
 def _from_q5_k(blk, n, k):  # 176 bytes: d, dmin, 12 scale bytes, 32 qh bytes, 128 ql bytes
-    d, m, codes, supers = _k_d_m(blk)
-    lo = _k_low_nibbles(blk[..., 48:176])
-    # bit j of qh byte e is bit 4 of element e of sub-block j
-    bits = (blk[..., 16:48][..., None, :] >> np.arange(8, dtype=np.uint8)[:, None]) & 1   # [..., 8, 32]
-    qh = np.packbits(bits, axis=-1, bitorder="little")                                     # [..., 8, 4]
-    return _with_super(_q4a(n, k, _nibbles_to_q4a(lo), d, m, qh=qh), codes, supers)
+    return _k_pack(FMT_K5, n, k, blk[..., 48:176], blk[..., 16:48], *_k_codes(blk))
 
 
-def _from_q6_k(blk, n, k):  # 210 bytes: 128 ql, 64 qh, 16 int8 scales, fp16 d
-    lead = blk.shape[:-1]
-    # Each 128-element half h uses ql[64h:64h+64] and qh[32h:32h+32]; its four
-    # 32-element chunks t take low nibbles of ql bytes 0..31 / 32..63, then high
-    # nibbles of bytes 0..31 / 32..63, and bits 2t..2t+1 of the qh bytes.
-    ql = blk[..., 0:128].reshape(*lead, 2, 1, 2, 32)
-    ql = np.concatenate([ql & 0x0F, ql >> 4], axis=-3)  # [..., 2, 4, 32]
-    qh = blk[..., 128:192].reshape(*lead, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8)[:, None]
-    q = (ql.reshape(*lead, 2, 4, 32) | ((qh & 3) << np.uint8(4))).astype(np.int8) - np.int8(32)
-    sc = blk[..., 192:208].view(np.int8).reshape(*lead, 8, 2)    # one int8 scale per 16 elements
-    d = _f16(blk[..., 208:210])
-    ds = d[..., None, None] * sc.astype(_F32)
-    return _with_super(_q8(n, k, TWO_SCALES, q, [ds[..., 0], ds[..., 1]]), [sc[..., 0], sc[..., 1]], [d, d])
+def _from_q6_k(blk, n, k):  # 210 bytes: 128 ql, 64 qh, 16 int8 scales (one per 16 inputs), fp16 d
+    sc = blk[..., 192:208].view(np.int8).reshape(*blk.shape[:-1], 8, 2)
+    return _k_pack(FMT_K6, n, k, blk[..., 0:128], blk[..., 128:192], [sc[..., 0], sc[..., 1]],
+                   [_f16(blk[..., 208:210])])
 
 
 _GGUF_HANDLERS = {
@@ -358,14 +369,15 @@ def dequantize(p: Packed) -> np.ndarray:
     n, k = p.n, p.k
     if p.fmt == FMT_BF16:
         return (p.q.astype(np.uint32) << np.uint32(16)).view(_F32).reshape(n, k)
-    if p.fmt not in (FMT_Q4A, FMT_Q8):
+    if p.fmt not in (FMT_Q4A, FMT_Q8, *K_FORMATS):
         raise ValueError(f"unknown packed format {p.fmt}")
     s = scales(p).transpose(0, 2, 1)               # [n, nb, S] float32
     v = values(p).astype(_F32)                     # [n, nb, 32]
-    if p.fmt == FMT_Q4A:
+    if p.fmt in (FMT_Q4A, FMT_K4, FMT_K5):
         return (v * s[..., 0:1] + s[..., 1:2]).reshape(n, k)
-    d = np.repeat(s[..., 0:2], 16, axis=-1) if p.flags & TWO_SCALES else s[..., 0:1]
-    out = v * d
+    if p.fmt == FMT_K6:
+        return (v * np.repeat(s[..., 0:2], 16, axis=-1)).reshape(n, k)
+    out = v * s[..., 0:1]
     if p.flags & HAS_MIN:
         out += s[..., -1:]
     return out.reshape(n, k)

@@ -7,10 +7,6 @@
 #include <math.h>
 #include <string.h>
 
-#if defined(__aarch64__) || defined(__ARM_NEON)
-#include <arm_neon.h>
-#define TF_NEON 1
-#endif
 
 
 /* ---------------------------------------------------------------- activations */
@@ -19,57 +15,61 @@ static inline float rne(float x) {        /* round half to even for |x| < 2^22 *
     return (x + 12582912.0f) - 12582912.0f;
 }
 
+/* d = amax/127 of x[0..n) and its inverse (both 0 when the span is zero) */
+static float act_scale(const float *x, int n, float *id) {
+    float amax = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        amax = a > amax ? a : amax;
+    }
+    float d = amax / 127.0f;
+    *id = d != 0.0f ? 1.0f / d : 0.0f;
+    if (*id > 3.0e38f) { d = 0.0f; *id = 0.0f; }     /* amax below ~4e-37: the span is zero */
+    return d;
+}
+
+/* q = rne(x * id) clipped to +-127 for n inputs; returns the sum of q (exact) */
+static int32_t act_quant(const float *x, int n, float id, int8_t *q) {
+    int32_t t = 0;
+    for (int i = 0; i < n; i++) {
+        float v = rne(x[i] * id);
+        v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+        q[i] = (int8_t)v;
+        t += (int32_t)v;
+    }
+    return t;
+}
+
 void tf_quantize_row(const float *x, int k, int8_t *q, float *s, float *sum) {
     for (int b = 0; b < k / 32; b++) {
-        const float *xb = x + b * 32;
-        float amax = 0.0f;
-        for (int i = 0; i < 32; i++) {
-            float a = fabsf(xb[i]);
-            amax = a > amax ? a : amax;
-        }
-        float d = amax / 127.0f;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
-        if (id > 3.0e38f) { d = 0.0f; id = 0.0f; }      /* amax below ~4e-37: the block is zero */
-        int32_t t = 0;
-        for (int i = 0; i < 32; i++) {
-            float v = rne(xb[i] * id);
-            v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
-            q[b * 32 + i] = (int8_t)v;
-            t += (int32_t)v;
-        }
-        s[b] = d;
-        sum[b] = (float)t;                              /* exact: |t| <= 32 * 127 */
+        float id;
+        s[b] = act_scale(x + b * 32, 32, &id);
+        sum[b] = (float)act_quant(x + b * 32, 32, id, q + b * 32);   /* exact: |sum| <= 32 * 127 */
+    }
+}
+
+void tf_quantize_row_k(const float *x, int k, int8_t *q, float *s, int16_t *bs) {
+    for (int j = 0; j < k / 256; j++) {
+        float id;
+        s[j] = act_scale(x + j * 256, 256, &id);
+        for (int h = 0; h < 2; h++)
+            for (int b = 0; b < 8; b++) {
+                int o = j * 256 + b * 32 + h * 16;
+                bs[j * 16 + h * 8 + b] = (int16_t)act_quant(x + o, 16, id, q + o);
+            }
     }
 }
 
 /* ---------------------------------------------------------------- weights */
 
+/* An output's S scale planes: d is plane 0, m (-1: none) plane 1. */
 static inline int nscales(const tf_weight *w) {
-    if (w->fmt == TF_Q4A) return 2;
-    return 1 + ((w->flags & TF_TWO_SCALES) ? 1 : 0) + ((w->flags & TF_HAS_MIN) ? 1 : 0);
+    return w->fmt == TF_Q4A || (w->flags & TF_HAS_MIN) ? 2 : 1;
 }
-
-/* Which of an output's S scale planes hold d0, d1 (d0 again without TWO_SCALES) and m (-1: none). */
-typedef struct {
-    int S, d0, d1, m;
-} planes;
-
-static inline planes planes_of(const tf_weight *w) {
-    planes p = {nscales(w), 0, 0, -1};
-    if (w->fmt == TF_Q4A) p.m = 1;
-    else {
-        if (w->flags & TF_TWO_SCALES) p.d1 = 1;
-        if (w->flags & TF_HAS_MIN) p.m = p.d1 + 1;
-    }
-    return p;
-}
-
-static inline int64_t nsup(int nb) { return (nb + 7) / 8; }
+static inline int min_plane(const tf_weight *w) { return nscales(w) == 2 ? 1 : -1; }
 
 /* bytes per scale value in s */
-static inline int scale_bytes(const tf_weight *w) {
-    return (w->flags & TF_HALF) ? 2 : (w->flags & TF_SUPER) ? 1 : 4;
-}
+static inline int scale_bytes(const tf_weight *w) { return (w->flags & TF_HALF) ? 2 : 4; }
 
 static inline float h2f(uint16_t h) {     /* fp16 -> fp32, exact */
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 31, m = h & 1023, u;
@@ -94,10 +94,6 @@ static void scales8(const tf_weight *w, int64_t plane, int b0, float *out) {
     if (w->flags & TF_HALF) {
         const uint16_t *p = (const uint16_t *)w->s + o;
         for (int i = 0; i < cnt; i++) out[i] = h2f(p[i]);
-    } else if (w->flags & TF_SUPER) {
-        const int8_t *p = (const int8_t *)w->s + o;
-        float su = w->sup[plane * nsup(nb) + b0 / 8];
-        for (int i = 0; i < cnt; i++) out[i] = su * (float)p[i];
     } else {
         const float *p = (const float *)w->s + o;
         for (int i = 0; i < cnt; i++) out[i] = p[i];
@@ -118,23 +114,20 @@ static inline int q_at(const tf_weight *w, int64_t n, int b, int e) {
 /* ---------------------------------------------------------------- reference */
 
 static float dot_ref(const tf_weight *w, int n, const tf_acts *a, int r) {
-    int nb = w->k / 32;
-    planes pl = planes_of(w);
+    int nb = w->k / 32, S = nscales(w), pm = min_plane(w);
     const int8_t *xq = a->q + (int64_t)r * w->k;
     const float *xs = a->s + (int64_t)r * nb, *xsum = a->sum + (int64_t)r * nb;
     float acc[8] = {0}, mac[8] = {0};
     for (int b0 = 0; b0 < nb; b0 += 8) {
-        float d0[8], d1[8], m[8];
-        int64_t base = (int64_t)n * pl.S;
-        scales8(w, base + pl.d0, b0, d0);
-        scales8(w, base + pl.d1, b0, d1);
-        if (pl.m >= 0) scales8(w, base + pl.m, b0, m);
+        float d[8], m[8];
+        scales8(w, (int64_t)n * S, b0, d);
+        if (pm >= 0) scales8(w, (int64_t)n * S + pm, b0, m);
         for (int b = b0; b < nb && b < b0 + 8; b++) {
             int32_t p[8] = {0};
             for (int e = 0; e < 32; e++) p[e / 4] += q_at(w, n, b, e) * xq[b * 32 + e];
-            float s0 = xs[b] * d0[b - b0], s1 = xs[b] * d1[b - b0];
-            for (int l = 0; l < 8; l++) acc[l] = fmaf((float)p[l], l < 4 ? s0 : s1, acc[l]);
-            if (pl.m >= 0) mac[b % 8] = fmaf(xsum[b], xs[b] * m[b - b0], mac[b % 8]);
+            float s = xs[b] * d[b - b0];
+            for (int l = 0; l < 8; l++) acc[l] = fmaf((float)p[l], s, acc[l]);
+            if (pm >= 0) mac[b % 8] = fmaf(xsum[b], xs[b] * m[b - b0], mac[b % 8]);
         }
     }
     return tree8(acc) + tree8(mac);
@@ -148,26 +141,12 @@ static void rows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, float
 /* ---------------------------------------------------------------- x86 */
 #ifdef TF_X86
 
-#define TF_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define TF_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-#define TF_INLINE static inline __attribute__((always_inline))
-
-#define TF_UNROLL _Pragma("GCC unroll 4")
-#define TF_AHEAD 4                  /* tiles of weights prefetched ahead */
-
 /* Eight blocks' values from b0; lanes past nb read as zeros (a zero scale and
  * sum leave a lane as it is). */
 #define TF_LOAD8(p, b0, mask) _mm256_maskload_ps((p) + (b0), mask)
 
-/* Every cache line of [p, p + bytes). */
-TF_INLINE void prefetch_span(const void *p, int64_t bytes) {
-    uintptr_t a = (uintptr_t)p & ~(uintptr_t)63, end = (uintptr_t)p + (uintptr_t)bytes;
-    for (; a < end; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
-}
-
-/* The fp32 scales of `plane` for blocks b0..b0+nblk-1 (zeros past them), decoded
- * from the weight's encoding: fp16 widens exactly (F16C), int8 codes times the
- * super-scale is the one fp32 product the packer checked to be exact. */
+/* The fp32 scales of `plane` for blocks b0..b0+nblk-1 (zeros past them): fp16
+ * widens exactly (F16C). */
 TF_AVX2 TF_INLINE __m256 wscale8(const tf_weight *w, int64_t plane, int nb, int b0, int nblk, __m256i mask) {
     int64_t o = plane * nb + b0;
     if (w->flags & TF_HALF) {
@@ -175,13 +154,6 @@ TF_AVX2 TF_INLINE __m256 wscale8(const tf_weight *w, int64_t plane, int nb, int 
         if (nblk < 8) h = _mm_and_si128(h, _mm_cmpgt_epi16(_mm_set1_epi16((short)nblk),
                                                           _mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7)));
         return _mm256_cvtph_ps(h);
-    }
-    if (w->flags & TF_SUPER) {
-        __m128i c = _mm_loadl_epi64((const __m128i *)((const int8_t *)w->s + o));
-        if (nblk < 8) c = _mm_and_si128(c, _mm_cmpgt_epi8(_mm_set1_epi8((char)nblk),
-                                                          _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)));
-        __m256 su = _mm256_broadcast_ss(w->sup + plane * nsup(nb) + b0 / 8);
-        return _mm256_mul_ps(su, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c)));
     }
     return TF_LOAD8((const float *)w->s + plane * nb, b0, mask);
 }
@@ -202,15 +174,15 @@ TF_VNNI TF_INLINE __m256i high_vnni(const uint8_t *p) {
 }
 
 /* A tile of RT rows x NT outputs: eight blocks' scales at a time, then each
- * block's weights unpacked once for all RT rows.  Q4, TWO, MIN, HIGH are
+ * block's weights unpacked once for all RT rows.  Q4, MIN, HIGH are
  * constants (one instance per weight format); the scale encoding is read per
  * group of eight blocks (a branch that always goes the same way). */
 #define TF_TILE(NAME, ATTR, DOT, HIGHX)                                                              \
 ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, int r0, int RT,       \
-                         float *out, int ldy, int Q4, int TWO, int MIN, int HIGH) {                 \
-    int nb = w->k / 32, S = Q4 ? 2 : 1 + TWO + MIN;                                                 \
-    int pd1 = TWO ? 1 : 0, pm = Q4 ? 1 : 1 + TWO;                                                   \
-    __m256 acc[4][4], mac[4][4], s0[4][4], s1[4][4];                                                \
+                         float *out, int ldy, int Q4, int MIN, int HIGH) {                          \
+    int nb = w->k / 32, S = Q4 || MIN ? 2 : 1;                                                      \
+    __m256 acc[4][4], mac[4][4];                                                                    \
+    float s0[4][4][8];                  /* xs * d of eight blocks, broadcast from memory per block */ \
     TF_UNROLL for (int t = 0; t < NT; t++)                                                          \
         TF_UNROLL for (int r = 0; r < RT; r++) acc[t][r] = mac[t][r] = _mm256_setzero_ps();         \
     {   /* the weights a few tiles ahead: their lines arrive while this tile computes */          \
@@ -220,7 +192,6 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, i
             prefetch_span(w->q + ahead * qb, NT * qb);                                              \
             prefetch_span((const char *)w->s + ahead * sb, NT * sb);                                \
             if (HIGH) prefetch_span(w->qh + ahead * nb * 4, NT * nb * 4);                           \
-            if (w->flags & TF_SUPER) prefetch_span(w->sup + ahead * S * nsup(nb), NT * S * nsup(nb) * 4); \
         }                                                                                           \
     }                                                                                               \
     const __m128i m4 = _mm_set1_epi8(15);                                                           \
@@ -231,13 +202,11 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, i
         TF_UNROLL for (int t = 0; t < NT; t++) {                                                    \
             int64_t pl = (int64_t)(n0 + t) * S;                                                     \
             __m256 dv = wscale8(w, pl, nb, b0, nblk, mask);                                         \
-            __m256 d1v = TWO ? wscale8(w, pl + pd1, nb, b0, nblk, mask) : dv;                       \
-            __m256 mv = MIN ? wscale8(w, pl + pm, nb, b0, nblk, mask) : dv;                         \
+            __m256 mv = MIN ? wscale8(w, pl + 1, nb, b0, nblk, mask) : dv;                          \
             TF_UNROLL for (int r = 0; r < RT; r++) {                                                \
                 int64_t row = r0 + r;                                                               \
                 __m256 xs = TF_LOAD8(a->s + row * nb, b0, mask);                                    \
-                s0[t][r] = _mm256_mul_ps(xs, dv);                                                   \
-                if (TWO) s1[t][r] = _mm256_mul_ps(xs, d1v);                                         \
+                _mm256_storeu_ps(s0[t][r], _mm256_mul_ps(xs, dv));                                  \
                 if (MIN)                                                                            \
                     mac[t][r] = _mm256_fmadd_ps(TF_LOAD8(a->sum + row * nb, b0, mask),              \
                                                 _mm256_mul_ps(xs, mv), mac[t][r]);                  \
@@ -245,7 +214,6 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, i
         }                                                                                           \
         for (int j = 0; j < nblk; j++) {                                                            \
             int b = b0 + j;                                                                         \
-            __m256i idx = _mm256_set1_epi32(j);                                                     \
             TF_UNROLL for (int t = 0; t < NT; t++) {                                                \
                 int64_t n = n0 + t;                                                                 \
                 __m256i wv, wabs = _mm256_setzero_si256();                                          \
@@ -260,9 +228,7 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, i
                 TF_UNROLL for (int r = 0; r < RT; r++) {                                            \
                     __m256i x = _mm256_loadu_si256((const __m256i *)(a->q + (int64_t)(r0 + r) * w->k + b * 32)); \
                     __m256i p = Q4 ? DOT(wv, x) : DOT(wabs, _mm256_sign_epi8(x, wv));               \
-                    __m256 s = _mm256_permutevar8x32_ps(s0[t][r], idx);                             \
-                    if (TWO) s = _mm256_blend_ps(s, _mm256_permutevar8x32_ps(s1[t][r], idx), 0xF0); \
-                    acc[t][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[t][r]);               \
+                    acc[t][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&s0[t][r][j]), acc[t][r]); \
                 }                                                                                   \
             }                                                                                       \
         }                                                                                           \
@@ -277,18 +243,18 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, i
 }
 /* One function per tile shape and weight format: each is register-allocated on
  * its own (one function holding them all spilled its accumulators). */
-#define TF_SHAPE(NAME, ATTR, F, NT, RT, Q4, TWO, MIN, HIGH)                                          \
+#define TF_SHAPE(NAME, ATTR, F, NT, RT, Q4, MIN, HIGH)                                          \
 ATTR __attribute__((noinline)) static void NAME##_##F##_##NT##RT(                                   \
         const tf_weight *w, int n, const tf_acts *a, int r, float *y, int ldy) {                    \
-    NAME(w, n, NT, a, r, RT, y, ldy, Q4, TWO, MIN, HIGH);                                           \
+    NAME(w, n, NT, a, r, RT, y, ldy, Q4, MIN, HIGH);                                           \
 }
-#define TF_FORMAT(NAME, ATTR, F, Q4, TWO, MIN, HIGH)                                                 \
-TF_SHAPE(NAME, ATTR, F, 1, 4, Q4, TWO, MIN, HIGH)                                                    \
-TF_SHAPE(NAME, ATTR, F, 1, 3, Q4, TWO, MIN, HIGH)                                                    \
-TF_SHAPE(NAME, ATTR, F, 2, 2, Q4, TWO, MIN, HIGH)                                                    \
-TF_SHAPE(NAME, ATTR, F, 1, 2, Q4, TWO, MIN, HIGH)                                                    \
-TF_SHAPE(NAME, ATTR, F, 2, 1, Q4, TWO, MIN, HIGH)                                                    \
-TF_SHAPE(NAME, ATTR, F, 1, 1, Q4, TWO, MIN, HIGH)                                                    \
+#define TF_FORMAT(NAME, ATTR, F, Q4, MIN, HIGH)                                                 \
+TF_SHAPE(NAME, ATTR, F, 1, 4, Q4, MIN, HIGH)                                                    \
+TF_SHAPE(NAME, ATTR, F, 1, 3, Q4, MIN, HIGH)                                                    \
+TF_SHAPE(NAME, ATTR, F, 2, 2, Q4, MIN, HIGH)                                                    \
+TF_SHAPE(NAME, ATTR, F, 1, 2, Q4, MIN, HIGH)                                                    \
+TF_SHAPE(NAME, ATTR, F, 2, 1, Q4, MIN, HIGH)                                                    \
+TF_SHAPE(NAME, ATTR, F, 1, 1, Q4, MIN, HIGH)                                                    \
 ATTR static void NAME##_##F(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
     int rows = a->rows, r = 0, n;                                                                   \
     for (; r + 4 <= rows; r += 4)                                                                   \
@@ -308,20 +274,15 @@ ATTR static void NAME##_##F(const tf_weight *w, int n0, int n1, const tf_acts *a
     }                                                                                               \
 }
 #define TF_KERNELS(NAME, ATTR)                                                                       \
-TF_FORMAT(NAME, ATTR, q4a, 1, 0, 1, 0)                                                               \
-TF_FORMAT(NAME, ATTR, q5a, 1, 0, 1, 1)                                                               \
-TF_FORMAT(NAME, ATTR, q8tm, 0, 1, 1, 0)                                                              \
-TF_FORMAT(NAME, ATTR, q8t, 0, 1, 0, 0)                                                               \
-TF_FORMAT(NAME, ATTR, q8m, 0, 0, 1, 0)                                                               \
-TF_FORMAT(NAME, ATTR, q8, 0, 0, 0, 0)                                                                \
+TF_FORMAT(NAME, ATTR, q4a, 1, 1, 0)                                                                  \
+TF_FORMAT(NAME, ATTR, q5a, 1, 1, 1)                                                                  \
+TF_FORMAT(NAME, ATTR, q8m, 0, 1, 0)                                                                  \
+TF_FORMAT(NAME, ATTR, q8, 0, 0, 0)                                                                   \
 ATTR static void NAME##_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
-    int two = (w->flags & TF_TWO_SCALES) != 0, min = (w->flags & TF_HAS_MIN) != 0;                  \
     if (w->fmt == TF_Q4A) {                                                                         \
         if (w->flags & TF_HIGH) NAME##_q5a(w, n0, n1, a, y, ldy);                                   \
         else NAME##_q4a(w, n0, n1, a, y, ldy);                                                      \
-    } else if (two && min) NAME##_q8tm(w, n0, n1, a, y, ldy);                                       \
-    else if (two) NAME##_q8t(w, n0, n1, a, y, ldy);                                                 \
-    else if (min) NAME##_q8m(w, n0, n1, a, y, ldy);                                                 \
+    } else if (w->flags & TF_HAS_MIN) NAME##_q8m(w, n0, n1, a, y, ldy);                             \
     else NAME##_q8(w, n0, n1, a, y, ldy);                                                           \
 }
 
@@ -359,18 +320,17 @@ static inline void high_neon(const uint8_t *p, uint8x16_t *h0, uint8x16_t *h1) {
 
 static void tile_neon_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) {
     int nb = w->k / 32, q4 = w->fmt == TF_Q4A, high = q4 && (w->flags & TF_HIGH);
-    planes pl = planes_of(w);
+    int S = nscales(w), pm = min_plane(w);
     for (int n = n0; n < n1; n++) {
-        int64_t base = (int64_t)n * pl.S;
+        int64_t base = (int64_t)n * S;
         for (int r = 0; r < a->rows; r++) {
             float32x4_t acc0 = vdupq_n_f32(0), acc1 = vdupq_n_f32(0);
             float mac[8] = {0};
             const float *xs = a->s + (int64_t)r * nb, *xsum = a->sum + (int64_t)r * nb;
             for (int b0 = 0; b0 < nb; b0 += 8) {
-                float d0[8], d1[8], m[8];
-                scales8(w, base + pl.d0, b0, d0);
-                scales8(w, base + pl.d1, b0, d1);
-                if (pl.m >= 0) scales8(w, base + pl.m, b0, m);
+                float d[8], m[8];
+                scales8(w, base, b0, d);
+                if (pm >= 0) scales8(w, base + pm, b0, m);
                 for (int b = b0; b < nb && b < b0 + 8; b++) {
                     int8x16_t w0, w1;
                     if (q4) {
@@ -390,10 +350,10 @@ static void tile_neon_rows(const tf_weight *w, int n0, int n1, const tf_acts *a,
                         w1 = vld1q_s8(qb + 16);
                     }
                     const int8_t *xb = a->q + (int64_t)r * w->k + b * 32;
-                    float s0 = xs[b] * d0[b - b0], s1 = xs[b] * d1[b - b0];
-                    acc0 = vfmaq_f32(acc0, vcvtq_f32_s32(dot4(w0, vld1q_s8(xb))), vdupq_n_f32(s0));
-                    acc1 = vfmaq_f32(acc1, vcvtq_f32_s32(dot4(w1, vld1q_s8(xb + 16))), vdupq_n_f32(s1));
-                    if (pl.m >= 0) mac[b % 8] = fmaf(xsum[b], xs[b] * m[b - b0], mac[b % 8]);
+                    float s = xs[b] * d[b - b0];
+                    acc0 = vfmaq_f32(acc0, vcvtq_f32_s32(dot4(w0, vld1q_s8(xb))), vdupq_n_f32(s));
+                    acc1 = vfmaq_f32(acc1, vcvtq_f32_s32(dot4(w1, vld1q_s8(xb + 16))), vdupq_n_f32(s));
+                    if (pm >= 0) mac[b % 8] = fmaf(xsum[b], xs[b] * m[b - b0], mac[b % 8]);
                 }
             }
             float t[8];
@@ -490,6 +450,7 @@ int tf_set_isa(int want) {
 
 void tf_dot_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, const float *x, float *y, int ldy) {
     if (w->fmt == TF_BF16) { rows_bf16(w, n0, n1, x, a->rows, y, ldy); return; }
+    if (w->fmt >= TF_K4) { tf_kdot_rows(w, n0, n1, a, y, ldy); return; }
     switch (tf_isa()) {
 #ifdef TF_X86
     case 1: tile_avx2_rows(w, n0, n1, a, y, ldy); return;
@@ -510,17 +471,17 @@ void tf_dequant_row(const tf_weight *w, int n, float *out) {
         for (int i = 0; i < w->k; i++) out[i] = bf16_f32(wr[i]);
         return;
     }
-    planes pl = planes_of(w);
-    int64_t base = (int64_t)n * pl.S;
+    if (w->fmt >= TF_K4) { tf_kdequant_row(w, n, out); return; }
+    int S = nscales(w), pm = min_plane(w);
+    int64_t base = (int64_t)n * S;
     for (int b0 = 0; b0 < nb; b0 += 8) {
-        float d0[8], d1[8], m[8];
-        scales8(w, base + pl.d0, b0, d0);
-        scales8(w, base + pl.d1, b0, d1);
-        if (pl.m >= 0) scales8(w, base + pl.m, b0, m);
+        float d[8], m[8];
+        scales8(w, base, b0, d);
+        if (pm >= 0) scales8(w, base + pm, b0, m);
         for (int b = b0; b < nb && b < b0 + 8; b++)
             for (int e = 0; e < 32; e++) {
-                float v = (float)q_at(w, n, b, e) * (e < 16 ? d0[b - b0] : d1[b - b0]);
-                out[b * 32 + e] = pl.m >= 0 ? v + m[b - b0] : v;
+                float v = (float)q_at(w, n, b, e) * d[b - b0];
+                out[b * 32 + e] = pm >= 0 ? v + m[b - b0] : v;
             }
     }
 }

@@ -3,19 +3,29 @@
 
 #include "tf_kernels.h"
 
-/* Quantized activations of `rows` rows of k inputs (k a multiple of 32). */
+/* Quantized activations of `rows` rows of k inputs (k a multiple of 32), in the
+ * per-32 form (Q4A, Q8 weights) and the per-256 form (K weights; k a multiple of
+ * 256), each present when a weight of the call reads it. */
 typedef struct {
     int32_t rows, k;
     int8_t *q;            /* rows * k */
     float *s;             /* rows * k/32 */
     float *sum;           /* rows * k/32: the sum of each block's q (exact) */
+    int8_t *qk;           /* rows * k */
+    float *sk;            /* rows * k/256 */
+    int16_t *bs;          /* rows * k/16: per super-block, the sums of q over inputs
+                             32b + 16h .. +15 at [h * 8 + b] (exact) */
 } tf_acts;
 
 void tf_quantize_row(const float *x, int k, int8_t *q, float *s, float *sum);
+void tf_quantize_row_k(const float *x, int k, int8_t *q, float *s, int16_t *bs);
 /* y[r, n] (row stride ldy) = dot of row r with output n, for n in [n0, n1); no bias.
  * Quantized formats read `a`; TF_BF16 reads the fp32 rows `x`. */
 void tf_dot_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, const float *x, float *y, int ldy);
 void tf_dequant_row(const tf_weight *w, int n, float *out);
+/* the K formats (tf_kdot.c) */
+void tf_kdot_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy);
+void tf_kdequant_row(const tf_weight *w, int n, float *out);
 int tf_isa(void);
 int tf_best_isa(void);
 int tf_set_isa(int want);

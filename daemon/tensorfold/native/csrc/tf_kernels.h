@@ -8,41 +8,63 @@
  *   act quant  per row, per block of 32: d = amax/127, q = rne(x * (1/d)) (0 if
  *              amax is 0), sum = sum of q.
  *   int8 dot   per block b: p[l] = sum of the 4 products of elements 4l..4l+3
- *              (exact int32); acc[l] = fma(p[l], xs_b * wd_b(l), acc[l]);
+ *              (exact int32); acc[l] = fma(p[l], xs_b * wd_b, acc[l]);
  *              with a min term mac[b % 8] = fma(sum_b, xs_b * wm_b, mac[b % 8]);
  *              result = tree8(acc) + tree8(mac) (+ bias).
+ *
+ * The K formats (GGUF's Q4_K, Q5_K, Q6_K) work on super-blocks of 256 inputs:
+ *   act quant  per row, per super-block j of 256: d_j = amax/127, q = rne(x * (1/d_j)),
+ *              and bs = the sum of q over each 16 inputs (exact).
+ *   K dot      I_j = the exact integer sum over the super-block of c_e * q_e * x_e
+ *              (c_e the integer scale code of element e's 32 (Q6_K: 16) inputs, q_e
+ *              its integer value, x_e the activation's q); for Q4_K/Q5_K also
+ *              M_j = sum over its 8 blocks of mcode_b * bsum_b (exact).  Then, over
+ *              j in order, acc = fma((float)I_j, d_j * D_j, acc) and (with mins)
+ *              acc = fma((float)M_j, d_j * Dm_j, acc), D and Dm the fp32 super-scales;
+ *              result = acc (+ bias).  Any integer order gives the same I_j.
  */
 #ifndef TF_KERNELS_H
 #define TF_KERNELS_H
 
 #include <stdint.h>
 
-enum { TF_Q4A = 1, TF_Q8 = 2, TF_BF16 = 3 };
-/* flags.  Values: TF_HIGH (Q4A only) adds a fifth bit to each nibble.  Scale
- * encodings (at most one; none: fp32 planes): TF_HALF stores the planes as
- * fp16; TF_SUPER stores int8 codes and one fp32 super-scale per 8 blocks, the
- * scale being super * (float)code.  Both decode to exactly the fp32 scales the
- * definitions above use (the packer only chooses them where they are exact). */
-enum { TF_TWO_SCALES = 1, TF_HAS_MIN = 2, TF_HIGH = 4, TF_HALF = 8, TF_SUPER = 16 };
+enum { TF_Q4A = 1, TF_Q8 = 2, TF_BF16 = 3, TF_K4 = 4, TF_K5 = 5, TF_K6 = 6 };
+/* flags.  TF_HIGH (Q4A) adds a fifth bit to each nibble; TF_HAS_MIN (Q8) adds a
+ * min plane; TF_HALF stores the scale planes as fp16 (exactly the fp32 values the
+ * packer found them to be; else the planes are fp32). */
+enum { TF_HAS_MIN = 2, TF_HIGH = 4, TF_HALF = 8 };
 
 /* A quantized weight: n outputs of k inputs, in blocks of 32 inputs (nb = k/32).
- * The scales are planar per output, S planes of nb: Q4A: d, m (S = 2); Q8: d0[, d1][, m]
- * (S = 1 + TWO_SCALES + HAS_MIN).  Element e (0..31) of a block has the value
- * q * (e < 16 ? d0 : d1) (+ m), one fp32 multiply then one fp32 add. */
+ *
+ * Q4A, Q8: the scales are planar per output, S planes of nb: Q4A: d, m (S = 2);
+ * Q8: d[, m] (S = 1 + HAS_MIN).  Element e of a block has the value q * d (+ m),
+ * one fp32 multiply then one fp32 add.
+ *
+ * K4, K5, K6 (k a multiple of 256, nsb = k/256 super-blocks): GGUF's bit layouts
+ * per super-block, the scales as int8 codes in planes [n][2][nb] and fp32 super-
+ * scales sup [n][SUP][nsb].  K4/K5: codes sc (plane 0) and mn (plane 1) per block,
+ * sup d and -dmin (SUP = 2); value = q * (d * sc) + (-dmin * mn).  K6: codes of
+ * elements 0..15 (plane 0) and 16..31 (plane 1) of each block, sup d (SUP = 1);
+ * value = (q - 32) * (d * code).  Bits per super-block, per output:
+ *   K4  q: 128 bytes; bytes 32i..32i+31 hold block 2i (low nibbles), 2i+1 (high).
+ *   K5  as K4, and qh: 32 bytes, bit b of byte e = bit 4 of element e of block b.
+ *   K6  q: 128 bytes, qh: 64 bytes; half h (blocks 4h..4h+3) reads q[64h..64h+63]
+ *       and qh[32h..32h+31]: block 4h+t takes the low (t < 2) or high nibbles of
+ *       q[64h + 32(t & 1) + e], and bits 2t, 2t+1 of qh[32h + e] as bits 4, 5. */
 typedef struct {
-    int32_t fmt;          /* TF_Q4A, TF_Q8, TF_BF16 */
-    int32_t flags;        /* TF_TWO_SCALES (Q8: one scale per 16), TF_HAS_MIN (Q8), TF_HIGH (Q4A), TF_HALF | TF_SUPER */
+    int32_t fmt;          /* TF_Q4A, TF_Q8, TF_BF16, TF_K4, TF_K5, TF_K6 */
+    int32_t flags;        /* TF_HAS_MIN (Q8), TF_HIGH (Q4A), TF_HALF (Q4A, Q8) */
     int32_t n;            /* outputs */
-    int32_t k;            /* inputs (a multiple of 32) */
+    int32_t k;            /* inputs (a multiple of 32; of 256 for K formats) */
     const uint8_t *q;     /* Q4A: n*nb blocks of 16 bytes, byte i = element i (low nibble), i + 16 (high);
-                             Q8: n*k int8; BF16: n*k uint16 */
-    const void *s;        /* [n][S][nb]: fp32, or fp16 (TF_HALF), or int8 codes (TF_SUPER); fp16 and
-                             int8 planes need 16 readable bytes past their end (a last partial group
-                             of eight is loaded whole, then masked) */
+                             Q8: n*k int8; BF16: n*k uint16; K: as above */
+    const void *s;        /* [n][S][nb]: fp32, fp16 (TF_HALF) or int8 codes (K); fp16 planes need 16
+                             readable bytes past their end (a last partial group of eight is loaded
+                             whole, then masked) */
     const float *bias;    /* n floats or NULL */
     const uint8_t *qh;    /* TF_HIGH: n*nb blocks of 4 bytes, bit e%8 of byte e/8 = bit 4 of element e
-                             (q = nibble | bit << 4, 0..31); else NULL */
-    const float *sup;     /* TF_SUPER: [n][S][ceil(nb/8)] fp32: blocks 8j..8j+7's scale = sup[j] * code */
+                             (q = nibble | bit << 4, 0..31); K5, K6: as above; else NULL */
+    const float *sup;     /* K: [n][SUP][nsb] fp32 super-scales */
 } tf_weight;
 
 /* q, k, v (and gate, up) run as one call: their outputs side by side, each

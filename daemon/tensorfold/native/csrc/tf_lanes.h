@@ -4,11 +4,28 @@
 #ifndef TF_LANES_H
 #define TF_LANES_H
 
+#include <stdint.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define TF_X86 1
+#define TF_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define TF_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define TF_INLINE static inline __attribute__((always_inline))
+#define TF_UNROLL _Pragma("GCC unroll 4")
+#define TF_AHEAD 4                  /* tiles of weights prefetched ahead */
+
+/* Every cache line of [p, p + bytes). */
+TF_INLINE void prefetch_span(const void *p, int64_t bytes) {
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)63, end = (uintptr_t)p + (uintptr_t)bytes;
+    for (; a < end; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
+}
+#endif
+
+#if defined(__aarch64__) || defined(__ARM_NEON)
+#include <arm_neon.h>
+#define TF_NEON 1
 #endif
 
 #if defined(TF_X86) && defined(__linux__) && defined(__GNUC__)

@@ -23,7 +23,7 @@ typedef struct {
     const tf_weight *const *parts;   /* outputs side by side; all parts read the same k inputs */
     int nparts, n, k;
     const float *x;
-    tf_acts a;
+    tf_acts a;                       /* each form NULL unless a part reads it */
     float *tmp, *y;
     int ldy, accum;
 } lin_job;
@@ -31,10 +31,13 @@ typedef struct {
 
 static void quant_job(void *p, int ith, int nth) {
     lin_job *j = p;
-    int64_t r0, r1, nb = j->k / 32;
-    split(j->a.rows, ith, nth, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++)
-        tf_quantize_row(j->x + r * j->k, j->k, j->a.q + r * j->k, j->a.s + r * nb, j->a.sum + r * nb);
+    int64_t r0, r1, k = j->k;
+    tf_acts *a = &j->a;
+    split(a->rows, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        if (a->q) tf_quantize_row(j->x + r * k, (int)k, a->q + r * k, a->s + r * (k / 32), a->sum + r * (k / 32));
+        if (a->qk) tf_quantize_row_k(j->x + r * k, (int)k, a->qk + r * k, a->sk + r * (k / 256), a->bs + r * (k / 16));
+    }
 }
 
 static void dot_job(void *p, int ith, int nth) {
@@ -65,23 +68,27 @@ static void dot_job(void *p, int ith, int nth) {
 }
 
 typedef struct {
-    int8_t *q;
-    float *s;
-    float *sum;
+    int8_t *q, *qk;
+    float *s, *sum, *sk;
+    int16_t *bs;
     float *tmp;
 } lin_scratch;
 
 /* y[r, :n] (stride ldy) = x[r] @ [parts]^T + bias, or += when accum. */
 static void linear(const tf_weight *const *parts, int nparts, const float *x, int rows, float *y, int ldy,
                    int accum, lin_scratch *sc, int threads) {
-    int n = 0, quant = 0;
+    int n = 0, blocks = 0, supers = 0;
     for (int i = 0; i < nparts; i++) {
         n += parts[i]->n;
-        quant |= parts[i]->fmt != TF_BF16;
+        blocks |= parts[i]->fmt == TF_Q4A || parts[i]->fmt == TF_Q8;
+        supers |= parts[i]->fmt >= TF_K4;
     }
     int k = parts[0]->k;
-    lin_job j = {parts, nparts, n, k, x, {rows, k, sc->q, sc->s, sc->sum}, sc->tmp, y, ldy, accum};
-    if (quant) {
+    tf_acts a = {rows, k};
+    if (blocks) { a.q = sc->q; a.s = sc->s; a.sum = sc->sum; }
+    if (supers) { a.qk = sc->qk; a.sk = sc->sk; a.bs = sc->bs; }
+    lin_job j = {parts, nparts, n, k, x, a, sc->tmp, y, ldy, accum};
+    if (blocks || supers) {
         if ((int64_t)rows * k >= 65536) tf_pool_run(quant_job, &j, threads);
         else quant_job(&j, 0, 1);
     }
@@ -93,12 +100,15 @@ static int alloc_scratch(lin_scratch *sc, int64_t rows, int64_t k, int64_t outs)
     sc->q = malloc((size_t)(rows * k));
     sc->s = malloc(sizeof(float) * (size_t)(rows * (k / 32)));
     sc->sum = malloc(sizeof(float) * (size_t)(rows * (k / 32)));
+    sc->qk = malloc((size_t)(rows * k));
+    sc->sk = malloc(sizeof(float) * (size_t)(rows * (k / 256) + 1));
+    sc->bs = malloc(sizeof(int16_t) * (size_t)(rows * (k / 16)));
     sc->tmp = malloc(sizeof(float) * (size_t)outs);
-    return sc->q && sc->s && sc->sum && sc->tmp;
+    return sc->q && sc->s && sc->sum && sc->qk && sc->sk && sc->bs && sc->tmp;
 }
 
 static void free_scratch(lin_scratch *sc) {
-    free(sc->q); free(sc->s); free(sc->sum); free(sc->tmp);
+    free(sc->q); free(sc->s); free(sc->sum); free(sc->qk); free(sc->sk); free(sc->bs); free(sc->tmp);
 }
 
 int tf_linear(const tf_weight *w, const float *x, int rows, float *y) {
