@@ -181,10 +181,10 @@ TF_VNNI TF_INLINE __m256i high_vnni(const uint8_t *p) {
 ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, int r0, int RT,       \
                          float *out, int ldy, int Q4, int MIN, int HIGH) {                          \
     int nb = w->k / 32, S = Q4 || MIN ? 2 : 1;                                                      \
-    __m256 acc[4][4], mac[4][4];                                                                    \
-    float s0[4][4][8];                  /* xs * d of eight blocks, broadcast from memory per block */ \
+    __m256 acc[4][8], mac[4][8];                                                                    \
+    float s0[4][8][8];                  /* xs * d of eight blocks, broadcast from memory per block */ \
     TF_UNROLL for (int t = 0; t < NT; t++)                                                          \
-        TF_UNROLL for (int r = 0; r < RT; r++) acc[t][r] = mac[t][r] = _mm256_setzero_ps();         \
+        _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) acc[t][r] = mac[t][r] = _mm256_setzero_ps();         \
     {   /* the weights a few tiles ahead: their lines arrive while this tile computes */          \
         int64_t ahead = n0 + (int64_t)NT * TF_AHEAD, qb = (Q4 ? 16 : 32) * (int64_t)nb;            \
         int64_t sb = (int64_t)S * nb * scale_bytes(w);                                              \
@@ -203,7 +203,7 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, i
             int64_t pl = (int64_t)(n0 + t) * S;                                                     \
             __m256 dv = wscale8(w, pl, nb, b0, nblk, mask);                                         \
             __m256 mv = MIN ? wscale8(w, pl + 1, nb, b0, nblk, mask) : dv;                          \
-            TF_UNROLL for (int r = 0; r < RT; r++) {                                                \
+            _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {                                                \
                 int64_t row = r0 + r;                                                               \
                 __m256 xs = TF_LOAD8(a->s + row * nb, b0, mask);                                    \
                 _mm256_storeu_ps(s0[t][r], _mm256_mul_ps(xs, dv));                                  \
@@ -225,7 +225,7 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, i
                     wv = _mm256_loadu_si256((const __m256i *)(w->q + (n * nb + b) * 32));           \
                     wabs = _mm256_sign_epi8(wv, wv);                                                \
                 }                                                                                   \
-                TF_UNROLL for (int r = 0; r < RT; r++) {                                            \
+                _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {                                            \
                     __m256i x = _mm256_loadu_si256((const __m256i *)(a->q + (int64_t)(r0 + r) * w->k + b * 32)); \
                     __m256i p = Q4 ? DOT(wv, x) : DOT(wabs, _mm256_sign_epi8(x, wv));               \
                     acc[t][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&s0[t][r][j]), acc[t][r]); \
@@ -234,7 +234,7 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, i
         }                                                                                           \
     }                                                                                               \
     TF_UNROLL for (int t = 0; t < NT; t++)                                                          \
-        TF_UNROLL for (int r = 0; r < RT; r++) {                                                    \
+        _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {                                                    \
             float u[8], v[8];                                                                       \
             _mm256_storeu_ps(u, acc[t][r]);                                                         \
             _mm256_storeu_ps(v, mac[t][r]);                                                         \
@@ -248,7 +248,8 @@ ATTR __attribute__((noinline)) static void NAME##_##F##_##NT##RT(               
         const tf_weight *w, int n, const tf_acts *a, int r, float *y, int ldy) {                    \
     NAME(w, n, NT, a, r, RT, y, ldy, Q4, MIN, HIGH);                                           \
 }
-#define TF_FORMAT(NAME, ATTR, F, Q4, MIN, HIGH)                                                 \
+#define TF_FORMAT(NAME, ATTR, F, Q4, MIN, HIGH, R8)                                             \
+TF_SHAPE(NAME, ATTR, F, 1, 8, Q4, MIN, HIGH)                                                    \
 TF_SHAPE(NAME, ATTR, F, 1, 4, Q4, MIN, HIGH)                                                    \
 TF_SHAPE(NAME, ATTR, F, 1, 3, Q4, MIN, HIGH)                                                    \
 TF_SHAPE(NAME, ATTR, F, 2, 2, Q4, MIN, HIGH)                                                    \
@@ -257,6 +258,8 @@ TF_SHAPE(NAME, ATTR, F, 2, 1, Q4, MIN, HIGH)                                    
 TF_SHAPE(NAME, ATTR, F, 1, 1, Q4, MIN, HIGH)                                                    \
 ATTR static void NAME##_##F(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
     int rows = a->rows, r = 0, n;                                                                   \
+    for (; R8 && r + 8 <= rows; r += 8)                                                             \
+        for (n = n0; n < n1; n++) NAME##_##F##_18(w, n, a, r, y, ldy);                              \
     for (; r + 4 <= rows; r += 4)                                                                   \
         for (n = n0; n < n1; n++) NAME##_##F##_14(w, n, a, r, y, ldy);                              \
     switch (rows - r) {                                                                             \
@@ -273,11 +276,11 @@ ATTR static void NAME##_##F(const tf_weight *w, int n0, int n1, const tf_acts *a
         break;                                                                                      \
     }                                                                                               \
 }
-#define TF_KERNELS(NAME, ATTR)                                                                       \
-TF_FORMAT(NAME, ATTR, q4a, 1, 1, 0)                                                                  \
-TF_FORMAT(NAME, ATTR, q5a, 1, 1, 1)                                                                  \
-TF_FORMAT(NAME, ATTR, q8m, 0, 1, 0)                                                                  \
-TF_FORMAT(NAME, ATTR, q8, 0, 0, 0)                                                                   \
+#define TF_KERNELS(NAME, ATTR, R8)                                                                   \
+TF_FORMAT(NAME, ATTR, q4a, 1, 1, 0, R8)                                                              \
+TF_FORMAT(NAME, ATTR, q5a, 1, 1, 1, R8)                                                              \
+TF_FORMAT(NAME, ATTR, q8m, 0, 1, 0, R8)                                                              \
+TF_FORMAT(NAME, ATTR, q8, 0, 0, 0, R8)                                                               \
 ATTR static void NAME##_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
     if (w->fmt == TF_Q4A) {                                                                         \
         if (w->flags & TF_HIGH) NAME##_q5a(w, n0, n1, a, y, ldy);                                   \
@@ -294,8 +297,8 @@ TF_VNNI TF_INLINE __m256i dot_vnni(__m256i u, __m256i s) {
 }
 TF_TILE(tile_avx2, TF_AVX2, dot_avx2, high_avx2)
 TF_TILE(tile_vnni, TF_VNNI, dot_vnni, high_vnni)
-TF_KERNELS(tile_avx2, TF_AVX2)
-TF_KERNELS(tile_vnni, TF_VNNI)
+TF_KERNELS(tile_avx2, TF_AVX2, 0)
+TF_KERNELS(tile_vnni, TF_VNNI, 1)
 #endif
 
 /* ---------------------------------------------------------------- NEON */

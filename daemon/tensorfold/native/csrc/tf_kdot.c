@@ -112,7 +112,8 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, i
                          float *out, int ldy, int F) {                                              \
     int64_t k = w->k, nb = k / 32, nsb = k / 256;                                                   \
     int SUP = sup_planes(F), HB = high_bytes(F);                                                    \
-    __m256 acc = _mm256_setzero_ps();            /* lane t * RT + r: output t, row r */             \
+    const int NG = (NT * RT + 7) / 8;            /* groups of eight (output, row) pairs */           \
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};   /* lane p = t * RT + r */        \
     {   /* the weights a few tiles ahead: their lines arrive while this tile computes */          \
         int64_t ahead = n0 + (int64_t)NT * TF_AHEAD;                                                \
         if (ahead + NT <= w->n) {                                                                   \
@@ -123,7 +124,7 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, i
         }                                                                                           \
     }                                                                                               \
     for (int64_t j = 0; j < nsb; j++) {                                                             \
-        __m256i cd[4], isum[4][4];                                                                  \
+        __m256i cd[4], isum[4][8];                                                                  \
         __m128i mn[4];                                                                              \
         const uint8_t *qp[4], *hp[4];                                                               \
         TF_UNROLL for (int t = 0; t < NT; t++) {                                                    \
@@ -134,28 +135,28 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, i
             mn[t] = c1;                                                                             \
             qp[t] = w->q + sb * 128;                                                                \
             hp[t] = HB ? w->qh + sb * HB : 0;                                                       \
-            TF_UNROLL for (int r = 0; r < RT; r++) isum[t][r] = _mm256_setzero_si256();             \
+            _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) isum[t][r] = _mm256_setzero_si256(); \
         }                                                                                           \
         const int8_t *xq = a->qk + (int64_t)r0 * k + j * 256;                                       \
         _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++) {                                       \
             const __m256i ctrl = _mm256_set1_epi16((short)(0x0100 + 0x0202 * b));                   \
             TF_UNROLL for (int t = 0; t < NT; t++) {                                                \
                 __m256i wv = kunpack(F, qp[t], hp[t], b), sc = _mm256_shuffle_epi8(cd[t], ctrl);    \
-                TF_UNROLL for (int r = 0; r < RT; r++) {                                            \
+                _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {                              \
                     __m256i x = _mm256_loadu_si256((const __m256i *)(xq + r * k + 32 * b));         \
                     isum[t][r] = DPW(isum[t][r], _mm256_maddubs_epi16(wv, x), sc);                  \
                 }                                                                                   \
             }                                                                                       \
         }                                                                                           \
-        __m256i tot[8];                                                                             \
-        __m128i mtot[8];                                                                            \
-        float xsa[8], da[8], ma[8];                                                                 \
-        _Pragma("GCC unroll 8") for (int p = 0; p < 8; p++) {                                       \
+        __m256i tot[16];                                                                            \
+        __m128i mtot[16];                                                                           \
+        float xsa[16], da[16], ma[16];                                                              \
+        _Pragma("GCC unroll 16") for (int p = 0; p < 8 * NG; p++) {                                 \
             tot[p] = _mm256_setzero_si256();                                                        \
             mtot[p] = _mm_setzero_si128();                                                          \
             xsa[p] = da[p] = ma[p] = 0.0f;                                                          \
         }                                                                                           \
-        TF_UNROLL for (int r = 0; r < RT; r++) {                                                    \
+        _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {                                      \
             int64_t row = r0 + r;                                                                   \
             __m256i bsv = _mm256_loadu_si256((const __m256i *)(a->bs + (row * nsb + j) * 16));      \
             __m256i nbs = _mm256_sub_epi16(_mm256_setzero_si256(), bsv);                            \
@@ -169,29 +170,41 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, i
                 if (F != TF_K6) ma[p] = super_scale(w, n0 + t, 1, j);                               \
             }                                                                                       \
         }                                                                                           \
-        __m256 xsv = _mm256_loadu_ps(xsa);                                                          \
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(totals8(tot)), _mm256_mul_ps(xsv, _mm256_loadu_ps(da)), acc); \
-        if (F != TF_K6)                                                                             \
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(totals8x4(mtot)), _mm256_mul_ps(xsv, _mm256_loadu_ps(ma)), acc); \
+        TF_UNROLL for (int g = 0; g < NG; g++) {                                                    \
+            __m256 xsv = _mm256_loadu_ps(xsa + 8 * g);                                              \
+            acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(totals8(tot + 8 * g)),                      \
+                                     _mm256_mul_ps(xsv, _mm256_loadu_ps(da + 8 * g)), acc[g]);      \
+            if (F != TF_K6)                                                                         \
+                acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(totals8x4(mtot + 8 * g)),               \
+                                         _mm256_mul_ps(xsv, _mm256_loadu_ps(ma + 8 * g)), acc[g]);  \
+        }                                                                                           \
     }                                                                                               \
-    float res[8];                                                                                   \
-    _mm256_storeu_ps(res, acc);                                                                     \
+    float res[16];                                                                                  \
+    _mm256_storeu_ps(res, acc[0]);                                                                  \
+    _mm256_storeu_ps(res + 8, acc[1]);                                                              \
     TF_UNROLL for (int t = 0; t < NT; t++)                                                          \
-        TF_UNROLL for (int r = 0; r < RT; r++) out[(int64_t)(r0 + r) * ldy + n0 + t] = res[t * RT + r]; \
+        _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)                                        \
+            out[(int64_t)(r0 + r) * ldy + n0 + t] = res[t * RT + r];                                \
 }
 #define TF_KSHAPE(NAME, ATTR, f, F, NT, RT)                                                          \
 ATTR __attribute__((noinline)) static void NAME##_##f##_##NT##RT(                                   \
         const tf_weight *w, int n, const tf_acts *a, int r, float *y, int ldy) {                    \
     NAME(w, n, NT, a, r, RT, y, ldy, F);                                                            \
 }
-/* Shapes: 2 outputs x 4 rows; the last rows 2 x 3, 2 x 2 or 4 x 1; one output for a ragged tail. */
-#define TF_KFORMAT(NAME, ATTR, f, F)                                                                 \
+/* Shapes: 2 outputs x 8 rows (R8: with 32 vector registers) or x 4 rows; the last rows 2 x 3,
+ * 2 x 2 or 4 x 1; one output for a ragged tail. */
+#define TF_KFORMAT(NAME, ATTR, f, F, R8)                                                             \
+TF_KSHAPE(NAME, ATTR, f, F, 2, 8) TF_KSHAPE(NAME, ATTR, f, F, 1, 8)                                  \
 TF_KSHAPE(NAME, ATTR, f, F, 2, 4) TF_KSHAPE(NAME, ATTR, f, F, 1, 4)                                  \
 TF_KSHAPE(NAME, ATTR, f, F, 2, 3) TF_KSHAPE(NAME, ATTR, f, F, 1, 3)                                  \
 TF_KSHAPE(NAME, ATTR, f, F, 2, 2) TF_KSHAPE(NAME, ATTR, f, F, 1, 2)                                  \
 TF_KSHAPE(NAME, ATTR, f, F, 4, 1) TF_KSHAPE(NAME, ATTR, f, F, 1, 1)                                  \
 ATTR static void NAME##_##f(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
     int rows = a->rows, r = 0, n;                                                                   \
+    for (; R8 && r + 8 <= rows; r += 8) {                                                           \
+        for (n = n0; n + 2 <= n1; n += 2) NAME##_##f##_28(w, n, a, r, y, ldy);                      \
+        for (; n < n1; n++) NAME##_##f##_18(w, n, a, r, y, ldy);                                    \
+    }                                                                                               \
     for (; r + 4 <= rows; r += 4) {                                                                 \
         for (n = n0; n + 2 <= n1; n += 2) NAME##_##f##_24(w, n, a, r, y, ldy);                      \
         for (; n < n1; n++) NAME##_##f##_14(w, n, a, r, y, ldy);                                    \
@@ -211,10 +224,10 @@ ATTR static void NAME##_##f(const tf_weight *w, int n0, int n1, const tf_acts *a
         break;                                                                                      \
     }                                                                                               \
 }
-#define TF_KKERNELS(NAME, ATTR)                                                                      \
-TF_KFORMAT(NAME, ATTR, k4, TF_K4)                                                                    \
-TF_KFORMAT(NAME, ATTR, k5, TF_K5)                                                                    \
-TF_KFORMAT(NAME, ATTR, k6, TF_K6)                                                                    \
+#define TF_KKERNELS(NAME, ATTR, R8)                                                                  \
+TF_KFORMAT(NAME, ATTR, k4, TF_K4, R8)                                                                \
+TF_KFORMAT(NAME, ATTR, k5, TF_K5, R8)                                                                \
+TF_KFORMAT(NAME, ATTR, k6, TF_K6, R8)                                                                \
 ATTR static void NAME##_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
     if (w->fmt == TF_K4) NAME##_k4(w, n0, n1, a, y, ldy);                                           \
     else if (w->fmt == TF_K5) NAME##_k5(w, n0, n1, a, y, ldy);                                      \
@@ -229,8 +242,8 @@ TF_VNNI TF_INLINE __m256i dpw_vnni(__m256i acc, __m256i p, __m256i s) {
 }
 TF_KTILE(ktile_avx2, TF_AVX2, dpw_avx2)
 TF_KTILE(ktile_vnni, TF_VNNI, dpw_vnni)
-TF_KKERNELS(ktile_avx2, TF_AVX2)
-TF_KKERNELS(ktile_vnni, TF_VNNI)
+TF_KKERNELS(ktile_avx2, TF_AVX2, 0)
+TF_KKERNELS(ktile_vnni, TF_VNNI, 1)
 #endif
 
 /* ---------------------------------------------------------------- NEON */

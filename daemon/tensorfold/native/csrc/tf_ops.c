@@ -35,6 +35,54 @@ static inline void dot8x4(const float *a, const float *b, int n, float *out) {
     out[3] = tree8v(c3);
 }
 
+/* The largest of a[0..n), n >= 1 (any order gives the same value). */
+static inline float max8(const float *a, int n) {
+    float m[8];
+    for (int l = 0; l < 8; l++) m[l] = a[0];
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) m[l] = a[i + l] > m[l] ? a[i + l] : m[l];
+    for (; i < n; i++) m[i % 8] = a[i] > m[i % 8] ? a[i] : m[i % 8];
+    float r = m[0];
+    for (int l = 1; l < 8; l++) r = m[l] > r ? m[l] : r;
+    return r;
+}
+
+/* lanes8 sum of a[0..n), any n: lane i % 8 takes a[i] in order, then tree8. */
+static inline float sum8(const float *a, int n) {
+    v8f acc = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8) acc = acc + load8(a + i);
+    float t[8];
+    memcpy(t, &acc, sizeof t);
+    for (; i < n; i++) t[i % 8] = t[i % 8] + a[i];
+    return tree8(t);
+}
+
+/* tree8 of eight vectors at once: lane p of the result is tree8(c[p]), the same
+ * additions (each pair of lanes, then pairs of pairs) done side by side. */
+#define EVENS 0, 2, 4, 6, 8, 10, 12, 14
+#define ODDS 1, 3, 5, 7, 9, 11, 13, 15
+static inline v8f pair_sums(v8f a, v8f b) {
+    return __builtin_shufflevector(a, b, EVENS) + __builtin_shufflevector(a, b, ODDS);
+}
+static inline v8f tree8x8(const v8f *c) {
+    v8f q0 = pair_sums(pair_sums(c[0], c[1]), pair_sums(c[2], c[3]));
+    v8f q1 = pair_sums(pair_sums(c[4], c[5]), pair_sums(c[6], c[7]));
+    return pair_sums(q0, q1);
+}
+
+/* dot8 of a with eight consecutive rows of b (row stride n) */
+static inline void dot8x8(const float *a, const float *b, int n, float *out) {
+    v8f c[8] = {{0}};
+    for (int i = 0; i < n; i += 8) {
+        v8f x = load8(a + i);
+        for (int p = 0; p < 8; p++) c[p] = c[p] + x * load8(b + (int64_t)p * n + i);
+    }
+    v8f t = tree8x8(c);
+    memcpy(out, &t, sizeof t);
+}
+
 /* ---------------------------------------------------------------- exp, silu */
 
 #define LOG2E 1.4426950408889634f
@@ -167,6 +215,34 @@ static inline void prefetch(const uint16_t *p, int n) {      /* the next block's
     for (int i = 0; i < n; i += 32) __builtin_prefetch(p + i);
 }
 
+/* o[i] += w[j] * v[j][i] for j = 0..nj-1 in order (v rows of d floats, d a multiple of
+ * 8), 64 elements of o at a time held in registers. */
+static inline void add_weighted(float *o, const float *w, const float *v, int nj, int d) {
+    int c = 0;
+    for (; c + 64 <= d; c += 64) {
+        v8f a0 = load8(o + c), a1 = load8(o + c + 8), a2 = load8(o + c + 16), a3 = load8(o + c + 24);
+        v8f a4 = load8(o + c + 32), a5 = load8(o + c + 40), a6 = load8(o + c + 48), a7 = load8(o + c + 56);
+        for (int j = 0; j < nj; j++) {
+            const float *vj = v + (int64_t)j * d + c;
+            v8f x = {w[j], w[j], w[j], w[j], w[j], w[j], w[j], w[j]};
+            a0 = a0 + x * load8(vj); a1 = a1 + x * load8(vj + 8);
+            a2 = a2 + x * load8(vj + 16); a3 = a3 + x * load8(vj + 24);
+            a4 = a4 + x * load8(vj + 32); a5 = a5 + x * load8(vj + 40);
+            a6 = a6 + x * load8(vj + 48); a7 = a7 + x * load8(vj + 56);
+        }
+        memcpy(o + c, &a0, 32); memcpy(o + c + 8, &a1, 32); memcpy(o + c + 16, &a2, 32); memcpy(o + c + 24, &a3, 32);
+        memcpy(o + c + 32, &a4, 32); memcpy(o + c + 40, &a5, 32); memcpy(o + c + 48, &a6, 32); memcpy(o + c + 56, &a7, 32);
+    }
+    for (; c < d; c += 8) {
+        v8f a = load8(o + c);
+        for (int j = 0; j < nj; j++) {
+            v8f x = {w[j], w[j], w[j], w[j], w[j], w[j], w[j], w[j]};
+            a = a + x * load8(v + (int64_t)j * d + c);
+        }
+        memcpy(o + c, &a, 32);
+    }
+}
+
 /* One query row and one kv head: the G query heads that share it.
  * Keys 0..pos of the row's sequence, converted to fp32 a block at a time. */
 TF_CLONES void tf_attend(const tf_attn *t, int row, int kvh, float *scratch) {
@@ -184,30 +260,24 @@ TF_CLONES void tf_attend(const tf_attn *t, int row, int kvh, float *scratch) {
         for (int g = 0; g < G; g++) {
             float *sg = s + (int64_t)g * L + j0;
             int j = 0;
+            for (; j + 8 <= nj; j += 8) dot8x8(q + g * d, kb + (int64_t)j * d, d, sg + j);
             for (; j + 4 <= nj; j += 4) dot8x4(q + g * d, kb + (int64_t)j * d, d, sg + j);
             for (; j < nj; j++) sg[j] = dot8(q + g * d, kb + (int64_t)j * d, d);
         }
     }
     float den[64];
     for (int g = 0; g < G; g++) {
-        float *sg = s + (int64_t)g * L, mx = sg[0];
-        for (int j = 1; j < L; j++) mx = sg[j] > mx ? sg[j] : mx;
+        float *sg = s + (int64_t)g * L;
+        float mx = max8(sg, L);
         for (int j = 0; j < L; j++) sg[j] = exp_(sg[j] - mx);
-        float sum = 0.0f;
-        for (int j = 0; j < L; j++) sum = sum + sg[j];
-        den[g] = sum;
+        den[g] = sum8(sg, L);
     }
     memset(o, 0, sizeof(float) * G * d);
     for (int j0 = 0; j0 < L; j0 += B) {
         int nj = L - j0 < B ? L - j0 : B;
         if (j0 + B < L) prefetch(t->v + (int64_t)table[j0 / B + 1] * t->block_stride + (int64_t)kvh * B * d, B * d);
         tf_h2f_row(t->v + (int64_t)table[j0 / B] * t->block_stride + (int64_t)kvh * B * d, kb, nj * d);
-        for (int j = 0; j < nj; j++)
-            for (int g = 0; g < G; g++) {
-                float wgt = s[(int64_t)g * L + j0 + j], *og = o + g * d;
-                const float *vj = kb + (int64_t)j * d;
-                for (int i = 0; i < d; i++) og[i] = og[i] + wgt * vj[i];
-            }
+        for (int g = 0; g < G; g++) add_weighted(o + g * d, s + (int64_t)g * L + j0, kb, nj, d);
     }
     float *dst = t->out + (int64_t)row * t->out_stride + kvh * G * d;
     for (int g = 0; g < G; g++)
