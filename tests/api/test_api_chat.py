@@ -1,6 +1,8 @@
 """Chat and completions replies through the official openai client and raw SSE.
 
-These hold for any engine: shapes, usage, streamed == whole, the last event.
+These hold for any engine: shapes, usage, streamed == whole, the last event
+(the finish chunk carries usage; the `choices: []` usage chunk follows it only
+with stream_options.include_usage).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def test_chat_stream_equals_whole_and_ends_with_usage(client, server):
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finishes == [whole.choices[0].finish_reason]
     last = chunks[-1]
-    assert last.choices == [] and last.usage is not None
+    assert last.choices[0].finish_reason == whole.choices[0].finish_reason and last.usage is not None
     assert last.usage.model_dump() == whole.usage.model_dump()
     assert last.model_dump()["tensorfold"]["token_sha"] == whole.model_dump()["tensorfold"]["token_sha"]
     assert len({c.id for c in chunks}) == 1
@@ -68,20 +70,55 @@ def test_raw_sse_framing(http):
     events = sse_events(r)
     assert events[-1] == "[DONE]"
     assert all(e["object"] == "chat.completion.chunk" for e in events[:-1])
-    usage_event = events[-2]
-    assert usage_event["choices"] == []
-    check_usage(usage_event["usage"])
-    check_stats(usage_event["tensorfold"])
-    assert events[-3]["choices"][0]["finish_reason"] in ("stop", "length")
+    finish = events[-2]
+    assert finish["choices"][0]["finish_reason"] in ("stop", "length")
+    check_usage(finish["usage"])
+    check_stats(finish["tensorfold"])
+    assert all("usage" not in e for e in events[:-2])
 
 
-@pytest.mark.parametrize("options", [None, {"include_usage": True}, {"include_usage": False}])
-def test_usage_on_last_event_whatever_stream_options_say(http, options):
-    body = {"messages": HELLO, "stream": True, "max_tokens": 6}
-    if options is not None:
-        body["stream_options"] = options
-    events = sse_events(http.post(CHAT, json=body))
+@pytest.mark.parametrize("path, body", [(CHAT, {"messages": HELLO}), (COMPLETIONS, {"prompt": "Once"})])
+@pytest.mark.parametrize("options", [None, {}, {"include_usage": False}, {"include_usage": None}])
+def test_without_include_usage_the_finish_chunk_is_last_and_carries_usage(http, path, body, options):
+    body = {**body, "stream": True, "max_tokens": 6, **({} if options is None else {"stream_options": options})}
+    events = sse_events(http.post(path, json=body))
+    assert events[-1] == "[DONE]"
+    assert all(e["choices"] for e in events[:-1])           # no `choices: []` chunk
+    assert events[-2]["choices"][0]["finish_reason"] in ("stop", "length")
     check_usage(events[-2]["usage"])
+
+
+@pytest.mark.parametrize("path, body", [(CHAT, {"messages": HELLO}), (COMPLETIONS, {"prompt": "Once"})])
+def test_include_usage_adds_the_usage_chunk_after_the_finish_chunk(http, path, body):
+    body = {**body, "stream": True, "max_tokens": 6, "stream_options": {"include_usage": True}}
+    events = sse_events(http.post(path, json=body))
+    finish, usage = events[-3], events[-2]
+    assert finish["choices"][0]["finish_reason"] in ("stop", "length")
+    assert usage["choices"] == []
+    check_usage(usage["usage"])
+    assert usage["usage"] == finish["usage"] and usage["tensorfold"] == finish["tensorfold"]
+    assert usage["id"] == finish["id"] and usage["object"] == finish["object"]
+    assert [e for e in events[:-1] if not e["choices"]] == [usage]
+
+
+def test_openai_streaming_quickstart_runs(client, server, capsys):
+    """The OpenAI quickstart reads `chunk.choices[0]` of every chunk."""
+    stream = client.chat.completions.create(model=server.served_id, messages=HELLO, max_tokens=8, stream=True)
+    for chunk in stream:
+        print(chunk.choices[0].delta.content)
+    stream = client.completions.create(model=server.served_id, prompt="Once", max_tokens=8, stream=True)
+    for chunk in stream:
+        print(chunk.choices[0].text)
+    assert capsys.readouterr().out
+
+
+def test_openai_client_include_usage(client, server):
+    kw = dict(model=server.served_id, max_tokens=8, seed=4, stream=True, stream_options={"include_usage": True})
+    chats = list(client.chat.completions.create(messages=HELLO, **kw))
+    texts = list(client.completions.create(prompt="Once", **kw))
+    for chunks in (chats, texts):
+        assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens >= 1
+        assert chunks[-2].choices[0].finish_reason and chunks[-2].usage == chunks[-1].usage
 
 
 def test_max_tokens_caps_the_reply(client, server):
@@ -117,8 +154,9 @@ def test_completions_stream_equals_whole(client, server):
     whole = client.completions.create(**kw)
     chunks = list(client.completions.create(stream=True, **kw))
     assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
-    assert chunks[-1].choices == [] and chunks[-1].usage.model_dump() == whole.usage.model_dump()
-    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] \
+    assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+    assert chunks[-1].usage.model_dump() == whole.usage.model_dump()
+    assert [c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason] \
         == [whole.choices[0].finish_reason]
 
 

@@ -27,8 +27,9 @@ def test_capital_of_france_streamed(default_server):
         stream=True,
     )
     chunks = list(stream)
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)     # the quickstart's loop
     assert "Paris" in text
+    assert chunks[-1].choices[0].finish_reason is not None
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
 
 

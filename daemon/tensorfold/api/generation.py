@@ -83,10 +83,14 @@ async def whole_reply(engine: Generator, request: Request, shape: Shape) -> dict
     return shape.whole("".join(parts), finish)
 
 
-async def stream_reply(engine: Generator, request: Request, shape: Shape) -> AsyncIterator[bytes]:
-    """SSE events: the first chunk, text chunks, the finish chunk, a last chunk
-    with empty choices carrying usage (always, with or without
-    stream_options.include_usage), then [DONE]."""
+async def stream_reply(engine: Generator, request: Request, shape: Shape,
+                       usage_chunk: bool = False) -> AsyncIterator[bytes]:
+    """SSE events: the first chunk, text chunks, the finish chunk (which
+    carries usage, so the last event always does), then, when the client
+    asked for stream_options.include_usage (`usage_chunk`), OpenAI's chunk
+    with empty choices and the same usage; then [DONE]. A client that reads
+    `chunk.choices[0]` of every chunk never meets an empty list unless it
+    asked for one."""
     first = shape.first_chunk()
     if first is not None:
         yield event(first)
@@ -105,5 +109,6 @@ async def stream_reply(engine: Generator, request: Request, shape: Shape) -> Asy
         yield DONE
         return
     yield event(shape.finish_chunk(finish))
-    yield event(shape.usage_chunk(finish))
+    if usage_chunk:
+        yield event(shape.usage_chunk(finish))
     yield DONE

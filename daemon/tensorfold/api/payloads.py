@@ -3,7 +3,10 @@
 `ChatShape` writes chat.completion / chat.completion.chunk objects and
 `CompletionShape` text_completion ones; generation.py drives either. Every
 reply carries `usage` (with cached and reasoning token details) and a
-top-level `tensorfold` block of generation statistics.
+top-level `tensorfold` block of generation statistics: a whole reply in its
+body, a stream on its finish chunk (the last one with `choices`), and again
+on the `choices: []` chunk that follows it when the client asked for
+stream_options.include_usage.
 """
 
 from __future__ import annotations
@@ -46,6 +49,12 @@ def stats_json(stats: Stats) -> dict[str, Any]:
     }
 
 
+def totals(finish: Finish) -> dict[str, Any]:
+    """`usage` and the `tensorfold` statistics block: what a whole reply, a
+    stream's finish chunk and its include_usage chunk each carry."""
+    return {"usage": usage_json(finish.usage), "tensorfold": stats_json(finish.stats)}
+
+
 def finish_reason(finish: Finish) -> str:
     return FINISH_REASONS[finish.reason]
 
@@ -68,8 +77,7 @@ class ChatShape:
     def whole(self, text: str, finish: Finish) -> dict[str, Any]:
         message = self.reply.message(text)
         choice = {"index": 0, "message": message, "finish_reason": self._reason(finish), "logprobs": None}
-        return {**self._head("chat.completion"), "choices": [choice],
-                "usage": usage_json(finish.usage), "tensorfold": stats_json(finish.stats)}
+        return {**self._head("chat.completion"), "choices": [choice], **totals(finish)}
 
     def _chunk(self, delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}
@@ -85,11 +93,10 @@ class ChatShape:
         return [self._chunk(delta) for delta in self.reply.end()]
 
     def finish_chunk(self, finish: Finish) -> dict[str, Any]:
-        return self._chunk({}, self._reason(finish))
+        return {**self._chunk({}, self._reason(finish)), **totals(finish)}
 
     def usage_chunk(self, finish: Finish) -> dict[str, Any]:
-        return {**self._head("chat.completion.chunk"), "choices": [],
-                "usage": usage_json(finish.usage), "tensorfold": stats_json(finish.stats)}
+        return {**self._head("chat.completion.chunk"), "choices": [], **totals(finish)}
 
 
 @dataclass(slots=True, frozen=True)
@@ -105,8 +112,7 @@ class CompletionShape:
         return {"index": 0, "text": text, "finish_reason": reason, "logprobs": None}
 
     def whole(self, text: str, finish: Finish) -> dict[str, Any]:
-        return {**self._head(), "choices": [self._choice(text, finish_reason(finish))],
-                "usage": usage_json(finish.usage), "tensorfold": stats_json(finish.stats)}
+        return {**self._head(), "choices": [self._choice(text, finish_reason(finish))], **totals(finish)}
 
     def first_chunk(self) -> dict[str, Any] | None:
         return None
@@ -118,8 +124,7 @@ class CompletionShape:
         return []
 
     def finish_chunk(self, finish: Finish) -> dict[str, Any]:
-        return {**self._head(), "choices": [self._choice("", finish_reason(finish))]}
+        return {**self._head(), "choices": [self._choice("", finish_reason(finish))], **totals(finish)}
 
     def usage_chunk(self, finish: Finish) -> dict[str, Any]:
-        return {**self._head(), "choices": [], "usage": usage_json(finish.usage),
-                "tensorfold": stats_json(finish.stats)}
+        return {**self._head(), "choices": [], **totals(finish)}

@@ -13,7 +13,7 @@ from .structured import attach_grammar
 from .generation import stream_reply, whole_reply
 from .parsing import read_body, validate
 from .payloads import ChatShape
-from .schemas import ChatCompletionRequest
+from .schemas import ChatCompletionRequest, GenerationRequest
 from .sse import json_response, sse_response
 from .state import get_state, new_id
 
@@ -36,7 +36,7 @@ async def run_chat(raw: dict[str, Any]) -> Response:
     engine_request = await chat_engine_request(body, request_id)
     parser = reply_parser(state.engine, body, engine_request, state.config)
     shape = ChatShape(request_id, model, int(time.time()), ChatReply(parser))
-    return await respond(state.engine, engine_request, shape, body.stream)
+    return await respond(state.engine, engine_request, shape, body)
 
 
 async def chat_engine_request(body: ChatCompletionRequest, request_id: str) -> Any:
@@ -47,8 +47,8 @@ async def chat_engine_request(body: ChatCompletionRequest, request_id: str) -> A
     return await attach_grammar(engine_request, body, state.engine)
 
 
-async def respond(engine: Any, request: Any, shape: Any, stream: bool | None) -> Response:
-    """Generate `request`: as server-sent events, or one JSON body."""
-    if stream:
-        return sse_response(stream_reply(engine, request, shape))
+async def respond(engine: Any, request: Any, shape: Any, body: GenerationRequest) -> Response:
+    """Generate `request`: as server-sent events when `body` asks to stream, or one JSON body."""
+    if body.stream:
+        return sse_response(stream_reply(engine, request, shape, usage_chunk=body.include_usage))
     return json_response(await whole_reply(engine, request, shape))

@@ -34,4 +34,4 @@ async def completions() -> Response:
     engine_request = convert.completion_request(body, state.engine, state.config, request_id)
     engine_request = await attach_grammar(engine_request, body, state.engine)
     shape = CompletionShape(request_id, model, int(time.time()))
-    return await respond(state.engine, engine_request, shape, body.stream)
+    return await respond(state.engine, engine_request, shape, body)

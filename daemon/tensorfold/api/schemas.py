@@ -238,7 +238,7 @@ Messages = Annotated[list[Message], BeforeValidator(_messages)]
 
 
 class StreamOptions(StrictModel):
-    include_usage: OptionalBool = None          # usage always comes last anyway
+    include_usage: OptionalBool = None          # a `choices: []` usage chunk after the finish chunk
     continuous_usage_stats: OptionalBool = None  # accepted, no effect
 
 
@@ -269,6 +269,12 @@ class GenerationRequest(StrictModel):
     guided_choice: GuidedChoice = None
     guided_grammar: GuidedGrammar = None
     structured_outputs: StructuredOutputs = None
+
+    @property
+    def include_usage(self) -> bool:
+        """Whether a stream ends with OpenAI's `choices: []` usage chunk (the
+        finish chunk carries usage either way)."""
+        return bool(self.stream_options and self.stream_options.include_usage)
 
 
 class ChatCompletionRequest(GenerationRequest):
