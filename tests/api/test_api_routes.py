@@ -1,4 +1,5 @@
-"""Routes and HTTP-level errors: /v1/models, /health, /metrics, 404, 405, 413, 401, unknown model."""
+"""Routes and HTTP-level errors: /v1/models (list and retrieve), / (to the console), /health, /metrics,
+404, 405, 413, 401, unknown model."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import openai
 import pytest
 
 from tests.api.api_helpers import CHAT, COMPLETIONS, HELLO, assert_envelope, parse_prometheus
+from tensorfold.config import ServerConfig
 from tests.api.conftest import ALIAS, API_KEY, MAX_BODY
+from tests.api.fake_engine import FakeEngine
+from tests.servers import running
 
 
 def test_models_lists_served_id_and_aliases(http, server):
@@ -22,6 +26,37 @@ def test_models_lists_served_id_and_aliases(http, server):
 
 def test_models_through_openai_client(client, server):
     assert [m.id for m in client.models.list()] == [server.served_id, ALIAS]
+
+
+def test_models_retrieve_the_served_id_and_each_alias(client, http, server):
+    listed = http.get("/v1/models").json()["data"]
+    for name, entry in zip([server.served_id, ALIAS], listed, strict=True):
+        model = client.models.retrieve(name)
+        assert model.id == name and model.object == "model" and model.owned_by
+        assert http.get(f"/v1/models/{name}").json() == entry
+
+
+def test_models_retrieve_an_unknown_id_is_404_naming_alias(client, http):
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4o")
+    error = assert_envelope(http.get("/v1/models/gpt-4o"), 404, "model")
+    assert error["code"] == "model_not_found"
+    assert "--alias" in error["message"] and "gpt-4o" in error["message"]
+
+
+def test_models_retrieve_an_id_with_a_slash():
+    with running(FakeEngine(), ServerConfig(aliases=("org/model-x",))) as served:
+        with openai.OpenAI(base_url=served.base_url, api_key="unused", max_retries=0, timeout=30) as c:
+            assert c.models.retrieve("org/model-x").id == "org/model-x"
+            with pytest.raises(openai.NotFoundError):
+                c.models.retrieve("org/model-y")
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_root_redirects_to_the_console(http, method):
+    r = http.request(method, "/")
+    assert r.status_code == 302
+    assert r.headers["location"] == "/console/"
 
 
 def test_health_reports_model_window_and_counters(http, server):
@@ -51,14 +86,14 @@ def test_metrics_are_the_health_counters_as_prometheus_text(http, server):
     assert families["tensorfold_info"].samples[0][0]["model"] == server.served_id
 
 
-@pytest.mark.parametrize("method, path", [("GET", "/v1/nope"), ("POST", "/v1/chat"), ("GET", "/"),
-                                          ("POST", "/v1/models/x")])
+@pytest.mark.parametrize("method, path", [("GET", "/v1/nope"), ("POST", "/v1/chat"), ("GET", "/index.html"),
+                                          ("GET", "/v1/model/x")])
 def test_unknown_route_is_404_envelope(http, method, path):
     assert_envelope(http.request(method, path), 404)
 
 
 @pytest.mark.parametrize("method, path", [("GET", CHAT), ("PUT", COMPLETIONS), ("POST", "/v1/models"),
-                                          ("DELETE", "/health")])
+                                          ("POST", "/v1/models/x"), ("DELETE", "/health"), ("POST", "/")])
 def test_wrong_method_is_405_envelope(http, method, path):
     r = http.request(method, path)
     assert_envelope(r, 405)
@@ -79,6 +114,7 @@ def test_body_just_under_the_limit_is_read(http):
 def test_unknown_model_is_404_model_not_found(http):
     error = assert_envelope(http.post(CHAT, json={"model": "gpt-4o", "messages": HELLO}), 404, "model")
     assert error["code"] == "model_not_found"
+    assert "--alias 'gpt-4o'" in error["message"]
     error = assert_envelope(http.post(COMPLETIONS, json={"model": "nope", "prompt": "hi"}), 404, "model")
     assert error["code"] == "model_not_found"
 

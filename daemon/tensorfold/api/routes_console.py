@@ -1,4 +1,5 @@
-"""GET /console: the browser console's page and its static files.
+"""GET /console: the browser console's page and its static files; GET /
+redirects there.
 
 /console and /console/ answer index.html; /console/<path> answers a file of
 the console's static folder (tensorfold_console.STATIC_DIR) with its content
@@ -16,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path, PurePosixPath
 
-from quart import Blueprint, Response
+from quart import Blueprint, Response, redirect
 
 from . import errors
 from .errors import APIError
@@ -53,6 +54,13 @@ HEADERS = {
     "Referrer-Policy": "no-referrer",
 }
 NOT_BUILT = "console_not_built"
+CONSOLE_PAGE = "/console/"
+
+
+@bp.get("/")
+async def root() -> Response:
+    """The server's bare address leads to the console."""
+    return redirect(CONSOLE_PAGE)
 
 
 @bp.get("/console")

@@ -41,8 +41,9 @@ class AppState:
             return self.served_id
         if requested in self.model_names:
             return requested
-        raise errors.APIError(f"The model '{requested}' does not exist; this server serves "
-                              + ", ".join(repr(n) for n in self.model_names),
+        served = ", ".join(repr(n) for n in self.model_names)
+        raise errors.APIError(f"The model '{requested}' does not exist; this server serves {served} "
+                              f"(start it with --alias '{requested}' to answer to that name too)",
                               status=404, param="model", code=errors.MODEL_NOT_FOUND)
 
 
