@@ -79,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--served-model-name", default=None, help="the model id clients see")
     serve.add_argument("--alias", action="append", default=[], help="another model id to answer to")
     serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1")
+    serve.add_argument("--allowed-origins", action="append", default=[], metavar="ORIGIN",
+                       help="a web page origin (scheme://host[:port]) that may call /v1 from a browser, "
+                            "with CORS; repeatable, or '*' for any (default: only the server's own pages)")
     serve.add_argument("--tool-parser", default=None,
                        choices=["qwen_xml", "hermes", "gemma4", "glm", "json"],
                        help="tool-call format of the model's replies (default: from its chat template)")
@@ -137,14 +140,20 @@ def _parser() -> argparse.ArgumentParser:
 
 def _serve(args: argparse.Namespace) -> int:
     from .api.app import create_app
+    from .api.origins import AllowedOrigins
     from .api.server import serve
     from .checkpoints.resolve import resolve_model
     from .engine.client import EngineClient
 
+    try:
+        AllowedOrigins.parse(args.allowed_origins)
+    except ValueError as exc:
+        raise SystemExit(f"tensorfold: --allowed-origins: {exc}") from None
     engine_cfg = engine_config(args)
     config = ServerConfig(
         host=args.host, port=args.port, served_model_name=args.served_model_name,
-        aliases=tuple(args.alias), api_key=args.api_key, max_tokens=args.max_tokens,
+        aliases=tuple(args.alias), api_key=args.api_key, allowed_origins=tuple(args.allowed_origins),
+        max_tokens=args.max_tokens,
         tool_parser=args.tool_parser, reasoning_effort=args.reasoning_effort,
         thinking_budget=args.thinking_budget,
         sampling=SamplingDefaults(args.temperature, args.top_p, args.top_k, args.min_p),

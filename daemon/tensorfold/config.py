@@ -43,6 +43,7 @@ class ServerConfig:
     served_model_name: str | None = None   # default: the checkpoint folder's name
     aliases: tuple[str, ...] = ()
     api_key: str | None = None
+    allowed_origins: tuple[str, ...] = ()  # browser origins (or "*") that may call /v1 with CORS
     max_tokens: int | None = None          # default reply limit; None: remaining context
     max_body_bytes: int = 32 * 1024 * 1024
     tool_parser: str | None = None         # tool-call format; None: chosen from the chat template

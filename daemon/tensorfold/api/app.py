@@ -3,7 +3,8 @@ error handlers that turn every failure into the OpenAI error envelope.
 
     400 invalid_request_error   malformed body or field (param names it)
     401 invalid_request_error   /v1/* without `Authorization: Bearer <key>` when a key is set
-    403 invalid_request_error   a cross-origin or DNS-rebound request (guard.py)
+    403 invalid_request_error   a cross-origin or DNS-rebound request (guard.py; --allowed-origins
+                                pages may call /v1: origins.py)
     404 invalid_request_error   unknown route, unknown model (code model_not_found),
                                 unknown stored response (code not_found)
     405 invalid_request_error   wrong method (with an Allow header)
@@ -24,6 +25,7 @@ from ..store import MemoryStore, ResponseStore
 from . import (errors, guard, routes_chat, routes_completions, routes_console, routes_health, routes_models,
                routes_responses)
 from .errors import APIError
+from .origins import AllowedOrigins, install as install_cors
 from .server import ServerThread, serve, serve_async
 from .sse import json_response
 from .state import EXTENSION, AppState
@@ -48,7 +50,9 @@ def create_app(engine, config: ServerConfig, store: ResponseStore | None = None)
     for module in (routes_models, routes_health, routes_chat, routes_completions, routes_responses,
                    routes_console):
         app.register_blueprint(module.bp)
-    guard.install(app, config)
+    origins = AllowedOrigins.parse(config.allowed_origins)
+    guard.install(app, config, origins)
+    install_cors(app, origins)
     if config.api_key:
         app.before_request(_require_key(config.api_key))
     app.register_error_handler(APIError, _api_error)

@@ -16,7 +16,8 @@ A page on another site can make a browser send requests to the daemon on
   carries `Origin` or `Sec-Fetch-Site`) gets that Host check on every
   route, since rebinding only ever reaches the daemon through a browser.
 
-Each refusal is a 403 OpenAI error envelope.
+Each refusal is a 403 OpenAI error envelope. Pages on the --allowed-origins
+(origins.py) pass both checks on the /v1 routes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from quart import Quart, request
 
 from ..config import ServerConfig
 from .errors import APIError
+from .origins import AllowedOrigins, normalize_origin
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "*"})
@@ -64,32 +66,28 @@ def host_allowed(host_header: str | None, allowed: frozenset[str]) -> bool:
 
 def same_origin(origin: str, host_header: str | None) -> bool:
     """Whether `origin` is `http://<host_header>` (80 and no port being the same)."""
-    own = split_authority(host_header or "")
-    if own is None:
+    if split_authority(host_header or "") is None:
         return False
     try:
-        parts = urlsplit(origin.strip())
-        host, port = parts.hostname, parts.port
+        return normalize_origin(origin) == normalize_origin(f"http://{host_header.strip()}")
     except ValueError:
         return False
-    if (parts.scheme.lower() != "http" or not host or "@" in parts.netloc or parts.path not in ("", "/")
-            or parts.query):
-        return False
-    return (host, port or 80) == (own[0], own[1] or 80)
 
 
 def is_console_path(path: str) -> bool:
     return path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/")
 
 
-def install(app: Quart, config: ServerConfig) -> None:
+def install(app: Quart, config: ServerConfig, origins: AllowedOrigins) -> None:
     """Refuse cross-origin and rebound requests before any route (and before
-    the API-key check) runs."""
+    the API-key check) runs; pages on `origins` pass on /v1."""
     allowed = allowed_hosts(config.host)
 
     async def check() -> None:
         host = request.headers.get("Host")
         origin = request.headers.get("Origin")
+        if origins.allows(origin, request.path):
+            return
         from_browser = origin is not None or "Sec-Fetch-Site" in request.headers
         if (from_browser or is_console_path(request.path)) and not host_allowed(host, allowed):
             raise APIError(f"Host '{host or ''}' is not allowed: open the console at "
@@ -97,6 +95,7 @@ def install(app: Quart, config: ServerConfig) -> None:
                            status=403, code=FORBIDDEN_HOST)
         if origin is not None and not same_origin(origin, host):
             raise APIError(f"Cross-origin request from '{origin}' refused: only pages served by this "
-                           "server may call it from a browser", status=403, code=CROSS_ORIGIN)
+                           "server may call it from a browser (start it with --allowed-origins "
+                           f"'{origin}' to let that page call /v1)", status=403, code=CROSS_ORIGIN)
 
     app.before_request(check)
