@@ -10,6 +10,8 @@ error handlers that turn every failure into the OpenAI error envelope.
     405 invalid_request_error   wrong method (with an Allow header)
     413 invalid_request_error   body over config.max_body_bytes
     500 server_error            generation failed, or a bug
+
+Every request leaves one line on the serve log (access_log.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..config import ServerConfig
 from ..store import MemoryStore, ResponseStore
 from . import (errors, guard, routes_chat, routes_completions, routes_console, routes_health, routes_models,
                routes_responses)
+from .access_log import AccessLog
 from .errors import APIError
 from .origins import AllowedOrigins, install as install_cors
 from .server import ServerThread, serve, serve_async
@@ -58,6 +61,7 @@ def create_app(engine, config: ServerConfig, store: ResponseStore | None = None)
     app.register_error_handler(APIError, _api_error)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _crash)
+    app.asgi_app = AccessLog(app.asgi_app)
     return app
 
 

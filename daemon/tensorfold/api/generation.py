@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from ..engine.types import Delta, Finish, FinishReason, Request
 from . import errors
+from .access_log import note_usage
 from .sse import DONE, event
 
 log = logging.getLogger(__name__)
@@ -53,11 +54,14 @@ def check_finish(finish: Finish | None) -> Finish:
 
 
 async def run_engine(engine: Generator, request: Request) -> AsyncIterator[Delta]:
-    """The engine's deltas through the last one; engine exceptions become
-    GenerationFailed (cancellation passes through untouched)."""
+    """The engine's deltas through the last one (whose usage goes on the
+    access line); engine exceptions become GenerationFailed (cancellation
+    passes through untouched)."""
     try:
         async with aclosing(engine.generate(request)) as deltas:
             async for delta in deltas:
+                if delta.finish is not None:
+                    note_usage(delta.finish.usage)
                 yield delta
                 if delta.finish is not None:
                     return
