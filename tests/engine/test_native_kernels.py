@@ -143,9 +143,8 @@ def c_weight(p: Q.Packed, bias: np.ndarray | None = None) -> lib.Weight:
     """The C structure over p's arrays (p and bias must outlive it)."""
     w = lib.Weight(p.fmt, p.flags, p.n, p.k, p.q.ctypes.data, p.s.ctypes.data if p.s.size else None,
                    bias.ctypes.data if bias is not None else None)
-    for extra in ("qh", "sup"):                # the optional planes of some layouts
-        if getattr(p, extra, None) is not None:
-            setattr(w, extra, getattr(p, extra).ctypes.data)
+    if p.qh is not None:                       # the fifth bits of some layouts
+        w.qh = p.qh.ctypes.data
     return w
 
 

@@ -47,8 +47,8 @@ def test_gguf_repack_matches_gguf_reference(qtype, k):
     raw = random_raw(qtype, n, k, seed=k + int(qtype))
     p = Q.pack_gguf(qtype, raw, n, k)
     assert p.q.flags.c_contiguous and p.s.flags.c_contiguous
-    assert p.s.shape[::2] == (n, k // 32)
-    assert p.s.dtype == (np.int8 if p.fmt in Q.K_FORMATS else np.float16 if p.flags & Q.HALF else np.float32)
+    assert p.fmt in Q.K_FORMATS or p.s.shape[::2] == (n, k // 32)
+    assert p.fmt in Q.K_FORMATS or p.s.dtype == (np.float16 if p.flags & Q.HALF else np.float32)
     got = Q.dequantize(p)
     ref = gq.dequantize(raw, qtype).reshape(n, k).astype(np.float32)
     assert got.dtype == np.float32 and got.shape == (n, k)
@@ -71,9 +71,9 @@ LAYOUTS = {
     QT.Q5_0: (Q.FMT_Q4A, Q.HIGH | Q.HALF, 2, 24),               # 22
     QT.Q5_1: (Q.FMT_Q4A, Q.HIGH | Q.HALF, 2, 24),               # 24
     QT.Q8_0: (Q.FMT_Q8, Q.HALF, 1, 34),                         # 34
-    QT.Q4_K: (Q.FMT_K4, 0, 2, 19),                              # 18
-    QT.Q5_K: (Q.FMT_K5, 0, 2, 23),                              # 22
-    QT.Q6_K: (Q.FMT_K6, 0, 2, 26.5),                            # 26.25
+    QT.Q4_K: (Q.FMT_K4, 0, 0, 18.5),                            # 18
+    QT.Q5_K: (Q.FMT_K5, 0, 0, 22.5),                            # 22
+    QT.Q6_K: (Q.FMT_K6, 0, 0, 26.25),                           # 26.25
 }
 BLOCK_LAYOUTS = [qt for qt in LAYOUTS if LAYOUTS[qt][0] not in Q.K_FORMATS]
 
@@ -85,32 +85,27 @@ def test_gguf_formats_shapes_and_sizes(qtype):
     p = Q.pack_gguf(qtype, random_raw(qtype, n, k), n, k)
     nb = k // 32
     assert (p.fmt, p.flags, p.n, p.k) == (fmt, flags, n, k)
-    assert p.s.shape == (n, S, nb)
-    if fmt in Q.K_FORMATS:
-        assert p.q.dtype == np.uint8 and p.q.shape == (n, k // 2)
-    elif fmt == Q.FMT_Q4A:
-        assert p.q.dtype == np.uint8 and p.q.shape == (n, k // 2)
-    else:
-        assert p.q.dtype == np.int8 and p.q.shape == (n, k)
-    high = {Q.FMT_K5: k // 8, Q.FMT_K6: k // 4}.get(fmt, nb * 4 if flags & Q.HIGH else None)
-    if high:
-        assert p.qh.dtype == np.uint8 and p.qh.shape == (n, high) and p.qh.flags.c_contiguous
-    else:
-        assert p.qh is None
-    if fmt in Q.K_FORMATS:
-        sup = 1 if fmt == Q.FMT_K6 else 2
-        assert p.sup.dtype == np.float32 and p.sup.shape == (n, sup, k // 256) and p.sup.flags.c_contiguous
-    else:
-        assert p.sup is None
-    assert Q.nbytes(p) == sum(a.nbytes for a in (p.q, p.s, p.qh, p.sup) if a is not None)
     assert Q.nbytes(p) * 32 == per32 * n * k
     if fmt in Q.K_FORMATS:
+        assert p.q.dtype == np.uint8 and p.s.dtype == np.uint8 and p.qh is None
+        assert p.q.shape[0] == p.s.shape[0] == n and p.q.shape[1] % 32 == 0
+        assert Q.scales(p).shape == (n, 2, nb) and Q.values(p).shape == (n, nb, 32)
         with pytest.raises(ValueError):
             Q.expand(p)
         return
+    assert p.s.shape == (n, S, nb)
+    if fmt == Q.FMT_Q4A:
+        assert p.q.dtype == np.uint8 and p.q.shape == (n, k // 2)
+    else:
+        assert p.q.dtype == np.int8 and p.q.shape == (n, k)
+    if flags & Q.HIGH:
+        assert p.qh.dtype == np.uint8 and p.qh.shape == (n, nb * 4) and p.qh.flags.c_contiguous
+    else:
+        assert p.qh is None
+    assert Q.nbytes(p) == sum(a.nbytes for a in (p.q, p.s, p.qh) if a is not None)
     # the fp32-plane form holds the same values
     e = Q.expand(p)
-    assert e.s.dtype == np.float32 and e.qh is None and e.sup is None and not e.flags & Q.HALF
+    assert e.s.dtype == np.float32 and e.qh is None and not e.flags & Q.HALF
     assert np.array_equal(Q.dequantize(e).view(np.uint32), Q.dequantize(p).view(np.uint32))
 
 
@@ -138,16 +133,19 @@ def test_q4_0_scales_exact():
     assert np.array_equal(Q.scales(p)[:, 1], -8 * d)
 
 
-def test_k_quant_super_scales():
-    # Q4_K: d codes are the 6-bit scales with super-scale d, m codes the 6-bit mins with -dmin
+def test_k_quants_keep_the_file_bits():
+    # Q4_K/Q5_K/Q6_K keep the file's value bits as they are; the scales keep d (and dmin)
     n, k = 2, 512
-    raw = random_raw(QT.Q4_K, n, k)
-    p = Q.pack_gguf(QT.Q4_K, raw, n, k)
-    blk = raw.reshape(n, 2, 144)
-    d = blk[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
-    dmin = blk[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
-    assert np.array_equal(p.sup[:, 0], d) and np.array_equal(p.sup[:, 1], -dmin)
-    assert p.s.min() >= 0 and p.s.max() <= 63
+    for qtype, bits in ((QT.Q4_K, slice(16, 144)), (QT.Q5_K, slice(16, 176)), (QT.Q6_K, slice(0, 192))):
+        blk = random_raw(qtype, n, k).reshape(n, 2, -1)
+        p = Q.pack_gguf(qtype, blk.reshape(n, -1), n, k)
+        assert np.array_equal(p.q.reshape(n, 2, -1), blk[..., bits])
+        meta = p.s.reshape(n, 2, -1)
+        if qtype == QT.Q6_K:
+            assert np.array_equal(meta, blk[..., 192:210])
+        else:
+            assert np.array_equal(meta[..., 0:4], blk[..., 0:4])      # fp16 d, dmin
+            assert meta[..., 4:].max() <= 63                          # the 6-bit codes, a byte each
 
 
 def test_q6_k_values_range():
@@ -335,8 +333,7 @@ def _weight(p: Q.Packed):
     from tensorfold.native import lib
 
     return lib.Weight(p.fmt, p.flags, p.n, p.k, p.q.ctypes.data, p.s.ctypes.data if p.s.size else None, None,
-                      p.qh.ctypes.data if p.qh is not None else None,
-                      p.sup.ctypes.data if p.sup is not None else None)
+                      p.qh.ctypes.data if p.qh is not None else None)
 
 
 def _linear(L, p: Q.Packed, x: np.ndarray) -> np.ndarray:

@@ -27,7 +27,7 @@ class NativeMissing(RuntimeError):
 class Weight(C.Structure):
     _fields_ = [("fmt", C.c_int32), ("flags", C.c_int32), ("n", C.c_int32), ("k", C.c_int32),
                 ("q", C.c_void_p), ("s", C.c_void_p), ("bias", C.c_void_p),
-                ("qh", C.c_void_p), ("sup", C.c_void_p)]       # TF_HIGH fifth bits; TF_SUPER super-scales
+                ("qh", C.c_void_p)]       # TF_HIGH fifth bits
 
 
 class Layer(C.Structure):

@@ -24,19 +24,20 @@ scales the rules above use, so no computed bit depends on the encoding:
     HALF    ``s`` float16 ``[n, S, nb]``, widened exactly.
 
 FMT_K4, FMT_K5, FMT_K6 (GGUF's Q4_K, Q5_K, Q6_K; k a multiple of 256, nsb =
-k // 256): GGUF's own bit layout per super-block (``q`` uint8 ``[n, nsb * 128]``;
-K5 ``qh`` ``[n, nsb * 32]``, K6 ``qh`` ``[n, nsb * 64]``; tf_kernels.h has the
-bit order), the scales as int8 codes ``s`` ``[n, 2, nb]`` and float32
-super-scales ``sup`` ``[n, SUP, nsb]``.  K4/K5: codes sc, mn and sup d, -dmin:
-value = q * (d * sc) + (-dmin * mn).  K6: the codes of inputs 0..15 and 16..31
-of each block and sup d: value = (q - 32) * (d * code).  The kernels multiply
-codes as integers over whole super-blocks (tf_kernels.h, "K dot").
+k // 256): the file's super-blocks split in two arrays, ``q`` uint8 ``[n, nsb *
+bits]`` their value bits in the file's order (K4 qs 128; K5 qh, qs 160; K6 ql, qh
+192) and ``s`` uint8 ``[n, nsb * meta]`` their scales (K4/K5: fp16 d, dmin and the
+6-bit codes sc, mn a byte each, 20; K6: sixteen int8 codes and fp16 d, 18);
+tf_kernels.h has the bit order.
+K4/K5: value = q * (d * sc) + (-dmin * mn); K6: value = (q - 32) * (d * code),
+one int8 code per 16 inputs.  The kernels multiply the codes as integers over
+whole super-blocks (tf_kernels.h, "K dot").
 
 ``pack_gguf`` repacks GGUF tensors losslessly; bytes per 32 weights (GGUF's own):
     Q4_0 -> Q4A HALF 20 (18)            Q4_1 -> Q4A HALF 20 (20)
     Q5_0 -> Q4A HIGH HALF 24 (22)       Q5_1 -> Q4A HIGH HALF 24 (24)
-    Q8_0 -> Q8 HALF 34 (34)             Q4_K -> K4 19 (18)
-    Q5_K -> K5 23 (22)                  Q6_K -> K6 26.5 (26.25)
+    Q8_0 -> Q8 HALF 34 (34)             Q4_K -> K4 18.5 (18)
+    Q5_K -> K5 22.5 (22)                Q6_K -> K6 26.25 (26.25)
 A HALF plane that would not be exact (-8d or -16d past fp16's range) stays
 float32.  Float tensors are quantized with ``quantize_float``, whose scales
 (amax / 127) are not fp16 values: float32 planes.  ``dequantize`` is the
@@ -71,10 +72,9 @@ class Packed:
     flags: int
     n: int  # rows (output features)
     k: int  # columns (input features), a multiple of 32
-    q: np.ndarray  # Q4A: uint8 [n, k//2]; Q8: int8 [n, k]; BF16: uint16 [n, k]; K: uint8 [n, k//256 * 128]
-    s: np.ndarray  # [n, S, k//32]: float32, float16 (HALF) or int8 codes (K); empty for BF16
-    qh: np.ndarray | None = None  # HIGH: uint8 [n, k//32 * 4]; K5: [n, k//256 * 32]; K6: [n, k//256 * 64]
-    sup: np.ndarray | None = None  # K: float32 [n, 2 (K6: 1), k//256]
+    q: np.ndarray  # Q4A: uint8 [n, k//2]; Q8: int8 [n, k]; BF16: uint16 [n, k]; K: uint8 [n, k//256 * bits]
+    s: np.ndarray  # [n, S, k//32]: float32 or float16 (HALF); empty for BF16; K: uint8 [n, k//256 * meta]
+    qh: np.ndarray | None = None  # HIGH: uint8 [n, k//32 * 4]
 
     def __post_init__(self) -> None:
         self.s = _with_slack(self.s)
@@ -93,7 +93,7 @@ def _with_slack(a: np.ndarray) -> np.ndarray:
 
 def nbytes(p: Packed) -> int:
     """Bytes the weight holds in memory: every array the kernels read."""
-    return int(sum(a.nbytes for a in (p.q, p.s, p.qh, p.sup) if a is not None))
+    return int(sum(a.nbytes for a in (p.q, p.s, p.qh) if a is not None))
 
 
 def scales(p: Packed) -> np.ndarray:
@@ -101,8 +101,7 @@ def scales(p: Packed) -> np.ndarray:
     if p.flags & HALF:
         return p.s.astype(_F32)
     if p.fmt in K_FORMATS:
-        sup = p.sup if p.fmt != FMT_K6 else np.repeat(p.sup, 2, axis=1)
-        return np.repeat(sup, 8, axis=-1) * p.s.astype(_F32)
+        return _k_scales_of(p)
     return p.s
 
 
@@ -110,14 +109,13 @@ def values(p: Packed) -> np.ndarray:
     """The integer q of every element, int16 [n, k//32, 32] (Q4A, Q8, K: K6 with its -32)."""
     nb = p.k // 32
     if p.fmt in K_FORMATS:
-        nsb = p.k // 256
-        q = p.q.reshape(p.n, nsb, 128)
+        bits = _k_parts(p)[0]
         if p.fmt == FMT_K6:
-            v = _k6_values(q, p.qh.reshape(p.n, nsb, 64)).astype(np.int16) - 32
+            v = _k6_values(bits[..., 0:128], bits[..., 128:192]).astype(np.int16) - 32
         else:
-            v = _k_low_nibbles(q).astype(np.int16)                           # [n, nsb, 8, 32]
+            v = _k_low_nibbles(bits[..., -128:]).astype(np.int16)           # [n, nsb, 8, 32]
             if p.fmt == FMT_K5:
-                h = p.qh.reshape(p.n, nsb, 1, 32) >> np.arange(8, dtype=np.uint8)[:, None]
+                h = bits[..., None, 0:32] >> np.arange(8, dtype=np.uint8)[:, None]
                 v |= (h & 1).astype(np.int16) << 4
         return v.reshape(p.n, nb, 32)
     if p.fmt == FMT_Q8:
@@ -204,20 +202,24 @@ def _k_scales(sb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sc, mn
 
 
-def _k_pack(fmt: int, n: int, k: int, q: np.ndarray, qh: np.ndarray | None,
-            codes: list[np.ndarray], supers: list[np.ndarray]) -> Packed:
-    """A K weight from its super-blocks' bytes [n, nsb, ...], codes (two planes of
-    [n, nsb, 8]) and super-scales (planes of [n, nsb])."""
-    s = _stack(n, codes, np.int8)
-    sup = _stack(n, supers, _F32)
-    qh = None if qh is None else np.ascontiguousarray(qh, dtype=np.uint8).reshape(n, -1)
-    return Packed(fmt, 0, n, k, np.ascontiguousarray(q, dtype=np.uint8).reshape(n, -1), s, qh, sup)
+def _k_parts(p: Packed) -> tuple[np.ndarray, np.ndarray]:
+    """A K weight's value bits and scales per super-block, uint8 [n, nsb, bits], [n, nsb, meta]."""
+    nsb = p.k // 256
+    return p.q.reshape(p.n, nsb, -1), p.s.reshape(p.n, nsb, -1)
 
 
-def _k_codes(blk: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """A Q4_K/Q5_K super-block's codes [sc, mn] [..., 8] and super-scales [d, -dmin] [...]."""
-    sc, mn = _k_scales(blk[..., 4:16])
-    return [sc.astype(np.int8), mn.astype(np.int8)], [_f16(blk[..., 0:2]), -_f16(blk[..., 2:4])]
+def _k_scales_of(p: Packed) -> np.ndarray:
+    """A K weight's float32 scale planes [n, 2, nb]: K4/K5 d * sc and -dmin * mn per
+    block; K6 d * code for inputs 0..15 and 16..31 of each block."""
+    meta = _k_parts(p)[1]
+    if p.fmt == FMT_K6:
+        d = _f16(meta[..., 16:18])[..., None]
+        sc = meta[..., 0:16].view(np.int8).reshape(*meta.shape[:-1], 8, 2).astype(_F32)
+        planes = [d * sc[..., 0], d * sc[..., 1]]
+    else:
+        planes = [_f16(meta[..., 0:2])[..., None] * meta[..., 4:12].astype(_F32),
+                  -_f16(meta[..., 2:4])[..., None] * meta[..., 12:20].astype(_F32)]
+    return _stack(p.n, planes, _F32)
 
 
 def _k6_values(ql: np.ndarray, qh: np.ndarray) -> np.ndarray:
@@ -301,18 +303,24 @@ def _from_q8_0(blk, n, k):  # block: fp16 d, 32 int8
     return _q8(n, k, 0, blk[..., 2:].view(np.int8), [_f16(blk[..., 0:2])], half=True)
 
 
-def _from_q4_k(blk, n, k):  # 144 bytes: d, dmin, 12 scale bytes, 128 nibble bytes (the K4 order)
-    return _k_pack(FMT_K4, n, k, blk[..., 16:144], None, *_k_codes(blk))
+def _from_q4_k(blk, n, k):  # 144 bytes: fp16 d, dmin, 12 bytes of 6-bit codes, 128 nibble bytes
+    return _k_pack(FMT_K4, blk, blk[..., 16:144], n, k)
 
 
-def _from_q5_k(blk, n, k):  # 176 bytes: d, dmin, 12 scale bytes, 32 qh bytes, 128 ql bytes
-    return _k_pack(FMT_K5, n, k, blk[..., 48:176], blk[..., 16:48], *_k_codes(blk))
+def _from_q5_k(blk, n, k):  # 176 bytes: fp16 d, dmin, 12 code bytes, 32 qh bytes, 128 nibble bytes
+    return _k_pack(FMT_K5, blk, blk[..., 16:176], n, k)
 
 
-def _from_q6_k(blk, n, k):  # 210 bytes: 128 ql, 64 qh, 16 int8 scales (one per 16 inputs), fp16 d
-    sc = blk[..., 192:208].view(np.int8).reshape(*blk.shape[:-1], 8, 2)
-    return _k_pack(FMT_K6, n, k, blk[..., 0:128], blk[..., 128:192], [sc[..., 0], sc[..., 1]],
-                   [_f16(blk[..., 208:210])])
+def _from_q6_k(blk, n, k):  # 210 bytes: 128 ql, 64 qh, 16 int8 codes (one per 16 inputs), fp16 d
+    return Packed(FMT_K6, 0, n, k, np.ascontiguousarray(blk[..., 0:192]).reshape(n, -1),
+                  np.ascontiguousarray(blk[..., 192:210]).reshape(n, -1))
+
+
+def _k_pack(fmt: int, blk: np.ndarray, bits: np.ndarray, n: int, k: int) -> Packed:
+    """Q4_K/Q5_K: the value bits as they are; the scales with their 6-bit codes a byte each."""
+    sc, mn = _k_scales(blk[..., 4:16])
+    meta = np.concatenate([blk[..., 0:4], sc, mn], axis=-1)
+    return Packed(fmt, 0, n, k, np.ascontiguousarray(bits).reshape(n, -1), np.ascontiguousarray(meta).reshape(n, -1))
 
 
 _GGUF_HANDLERS = {

@@ -7,35 +7,61 @@
 
 #include <math.h>
 
-static inline int sup_planes(int fmt) { return fmt == TF_K6 ? 1 : 2; }
-static inline int high_bytes(int fmt) { return fmt == TF_K5 ? 32 : fmt == TF_K6 ? 64 : 0; }
+#include "tf_ops.h"
 
-static inline const int8_t *codes(const tf_weight *w, int64_t n, int plane, int64_t j) {
-    return (const int8_t *)w->s + (n * 2 + plane) * (w->k / 32) + j * 8;
+/* Byte offsets in a super-block's value bits (q) and its scales (s) (tf_kernels.h). */
+enum {
+    K4_QS = 0, K4_BITS = 128, K5_QH = 0, K5_QS = 32, K5_BITS = 160, K6_QL = 0, K6_QH = 128, K6_BITS = 192,
+    K4_D = 0, K4_DMIN = 2, K4_SC = 4, K4_MN = 12, K4_META = 20, K6_SC = 0, K6_D = 16, K6_META = 18,
+};
+
+static inline int bits_bytes(int fmt) { return fmt == TF_K4 ? K4_BITS : fmt == TF_K5 ? K5_BITS : K6_BITS; }
+static inline int meta_bytes(int fmt) { return fmt == TF_K6 ? K6_META : K4_META; }
+
+static inline const uint8_t *kbits(const tf_weight *w, int64_t n, int64_t j) {
+    return w->q + (n * (w->k / 256) + j) * bits_bytes(w->fmt);
 }
-static inline float super_scale(const tf_weight *w, int64_t n, int plane, int64_t j) {
-    return w->sup[(n * sup_planes(w->fmt) + plane) * (w->k / 256) + j];
+static inline const uint8_t *kmeta(const tf_weight *w, int64_t n, int64_t j) {
+    return (const uint8_t *)w->s + (n * (w->k / 256) + j) * meta_bytes(w->fmt);
 }
 
-/* The integer value of element e (0..255) of super-block j of output n. */
-static int kq_at(const tf_weight *w, int64_t n, int64_t j, int e) {
-    int64_t sb = n * (w->k / 256) + j;
-    const uint8_t *q = w->q + sb * 128;
-    int b = e / 32, i = e % 32;
-    if (w->fmt == TF_K6) {
-        int h = b / 4, t = b % 4, lo = q[64 * h + 32 * (t & 1) + i];
-        lo = t < 2 ? lo & 15 : lo >> 4;
-        return (lo | ((w->qh[sb * 64 + 32 * h + i] >> (2 * t)) & 3) << 4) - 32;
-    }
-    int v = q[32 * (b / 2) + i];
-    v = b % 2 ? v >> 4 : v & 15;
-    if (w->fmt == TF_K5) v |= ((w->qh[sb * 32 + i] >> b) & 1) << 4;
+static inline uint16_t u16_at(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
     return v;
 }
 
-/* The scale code of element e: plane 0 (K6: plane 0 for inputs 0..15 of a block, 1 after). */
-static inline int kcode(const tf_weight *w, int64_t n, int64_t j, int e) {
-    return codes(w, n, w->fmt == TF_K6 ? (e % 32) / 16 : 0, j)[e / 32];
+/* The super-block's integer codes: out[0..7] the scale codes of blocks 0..7 (K6:
+ * of their inputs 0..15), out[8..15] the mins (K6: the codes of inputs 16..31). */
+static inline void kcodes(const tf_weight *w, const uint8_t *meta, int *out) {
+    if (w->fmt == TF_K6) {
+        for (int b = 0; b < 8; b++) {
+            out[b] = (int8_t)meta[K6_SC + 2 * b];
+            out[8 + b] = (int8_t)meta[K6_SC + 2 * b + 1];
+        }
+        return;
+    }
+    for (int i = 0; i < 16; i++) out[i] = meta[K4_SC + i];
+}
+
+/* The super-scales D (and Dm = -dmin for K4/K5), exactly widened from fp16. */
+static inline float kscale(const tf_weight *w, const uint8_t *meta) {
+    return tf_h2f(u16_at(meta + (w->fmt == TF_K6 ? K6_D : K4_D)));
+}
+static inline float kmin_scale(const uint8_t *meta) { return -tf_h2f(u16_at(meta + K4_DMIN)); }
+
+/* The integer value of element e (0..255) of a super-block. */
+static int kq_at(int fmt, const uint8_t *q, int e) {
+    int b = e / 32, i = e % 32;
+    if (fmt == TF_K6) {
+        int h = b / 4, t = b % 4, lo = q[K6_QL + 64 * h + 32 * (t & 1) + i];
+        lo = t < 2 ? lo & 15 : lo >> 4;
+        return (lo | ((q[K6_QH + 32 * h + i] >> (2 * t)) & 3) << 4) - 32;
+    }
+    int v = q[(fmt == TF_K5 ? K5_QS : K4_QS) + 32 * (b / 2) + i];
+    v = b % 2 ? v >> 4 : v & 15;
+    if (fmt == TF_K5) v |= ((q[K5_QH + i] >> b) & 1) << 4;
+    return v;
 }
 
 /* ---------------------------------------------------------------- reference */
@@ -47,13 +73,19 @@ static float kdot_ref(const tf_weight *w, int64_t n, const tf_acts *a, int64_t r
     const int16_t *bs = a->bs + r * nsb * 16;
     float acc = 0.0f;
     for (int64_t j = 0; j < nsb; j++) {
+        const uint8_t *q = kbits(w, n, j), *meta = kmeta(w, n, j);
+        int c[16];
+        kcodes(w, meta, c);
         int32_t I = 0;
-        for (int e = 0; e < 256; e++) I += kcode(w, n, j, e) * kq_at(w, n, j, e) * xq[j * 256 + e];
-        acc = fmaf((float)I, xs[j] * super_scale(w, n, 0, j), acc);
+        for (int e = 0; e < 256; e++) {
+            int code = w->fmt == TF_K6 ? c[(e % 32) / 16 * 8 + e / 32] : c[e / 32];
+            I += code * kq_at(w->fmt, q, e) * xq[j * 256 + e];
+        }
+        acc = fmaf((float)I, xs[j] * kscale(w, meta), acc);
         if (w->fmt != TF_K6) {
             int32_t M = 0;
-            for (int b = 0; b < 8; b++) M += codes(w, n, 1, j)[b] * (bs[j * 16 + b] + bs[j * 16 + 8 + b]);
-            acc = fmaf((float)M, xs[j] * super_scale(w, n, 1, j), acc);
+            for (int b = 0; b < 8; b++) M += c[8 + b] * (bs[j * 16 + b] + bs[j * 16 + 8 + b]);
+            acc = fmaf((float)M, xs[j] * kmin_scale(meta), acc);
         }
     }
     return acc;
@@ -80,21 +112,21 @@ TF_AVX2 TF_INLINE __m256i totals8x4(const __m128i *v) {
     return _mm256_hadd_epi32(a, c);
 }
 
-/* Block b's 32 unsigned values from a super-block's q and qh bytes (F and b constants). */
-TF_AVX2 TF_INLINE __m256i kunpack(int F, const uint8_t *q, const uint8_t *h, int b) {
+/* Block b's 32 unsigned values from a super-block (F and b constants). */
+TF_AVX2 TF_INLINE __m256i kunpack(int F, const uint8_t *q, int b) {
     const __m256i m4 = _mm256_set1_epi8(15);
     if (F == TF_K6) {
         int half = b / 4, t = b % 4;
-        __m256i l = _mm256_loadu_si256((const __m256i *)(q + 64 * half + 32 * (t & 1)));
-        __m256i x = _mm256_loadu_si256((const __m256i *)(h + 32 * half));
+        __m256i l = _mm256_loadu_si256((const __m256i *)(q + K6_QL + 64 * half + 32 * (t & 1)));
+        __m256i x = _mm256_loadu_si256((const __m256i *)(q + K6_QH + 32 * half));
         l = t < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
         x = t == 0 ? _mm256_slli_epi16(x, 4) : t == 1 ? _mm256_slli_epi16(x, 2) : t == 2 ? x : _mm256_srli_epi16(x, 2);
         return _mm256_or_si256(l, _mm256_and_si256(x, _mm256_set1_epi8(0x30)));
     }
-    __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * (b / 2)));
+    __m256i v = _mm256_loadu_si256((const __m256i *)(q + (F == TF_K5 ? K5_QS : K4_QS) + 32 * (b / 2)));
     v = b % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
     if (F == TF_K5) {       /* bit b of each qh byte to bit 4 (16-bit shifts keep it in its byte) */
-        __m256i x = _mm256_loadu_si256((const __m256i *)h);
+        __m256i x = _mm256_loadu_si256((const __m256i *)(q + K5_QH));
         x = b < 4 ? _mm256_slli_epi16(x, 4 - b) : _mm256_srli_epi16(x, b - 4);
         v = _mm256_or_si256(v, _mm256_and_si256(x, _mm256_set1_epi8(0x10)));
     }
@@ -110,38 +142,40 @@ TF_AVX2 TF_INLINE __m256i kunpack(int F, const uint8_t *q, const uint8_t *h, int
 #define TF_KTILE(NAME, ATTR, DPW)                                                                    \
 ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, int r0, int RT,       \
                          float *out, int ldy, int F) {                                              \
-    int64_t k = w->k, nb = k / 32, nsb = k / 256;                                                   \
-    int SUP = sup_planes(F), HB = high_bytes(F);                                                    \
+    int64_t k = w->k, nsb = k / 256;                                                                \
+    int64_t QB = bits_bytes(F), MB = meta_bytes(F);                                                 \
     const int NG = (NT * RT + 7) / 8;            /* groups of eight (output, row) pairs */           \
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};   /* lane p = t * RT + r */        \
     {   /* the weights a few tiles ahead: their lines arrive while this tile computes */          \
         int64_t ahead = n0 + (int64_t)NT * TF_AHEAD;                                                \
         if (ahead + NT <= w->n) {                                                                   \
-            prefetch_span(w->q + ahead * nsb * 128, NT * nsb * 128);                                \
-            if (HB) prefetch_span(w->qh + ahead * nsb * HB, NT * nsb * HB);                         \
-            prefetch_span((const int8_t *)w->s + ahead * 2 * nb, NT * 2 * nb);                      \
-            prefetch_span(w->sup + ahead * SUP * nsb, NT * SUP * nsb * 4);                          \
+            prefetch_span(w->q + ahead * nsb * QB, NT * nsb * QB);                                  \
+            prefetch_span((const uint8_t *)w->s + ahead * nsb * MB, NT * nsb * MB);                 \
         }                                                                                           \
     }                                                                                               \
     for (int64_t j = 0; j < nsb; j++) {                                                             \
         __m256i cd[4], isum[4][8];                                                                  \
         __m128i mn[4];                                                                              \
-        const uint8_t *qp[4], *hp[4];                                                               \
+        const uint8_t *bp[4], *mp[4];                                                               \
         TF_UNROLL for (int t = 0; t < NT; t++) {                                                    \
-            int64_t n = n0 + t, sb = n * nsb + j;                                                   \
-            __m128i c0 = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)codes(w, n, 0, j)));    \
-            __m128i c1 = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)codes(w, n, 1, j)));    \
-            cd[t] = F == TF_K6 ? _mm256_set_m128i(c1, c0) : _mm256_set_m128i(c0, c0);               \
-            mn[t] = c1;                                                                             \
-            qp[t] = w->q + sb * 128;                                                                \
-            hp[t] = HB ? w->qh + sb * HB : 0;                                                       \
+            bp[t] = w->q + ((n0 + t) * nsb + j) * QB;                                               \
+            mp[t] = (const uint8_t *)w->s + ((n0 + t) * nsb + j) * MB;                              \
+            if (F == TF_K6) {        /* int8 codes per 16 inputs: evens (inputs 0..15), odds */     \
+                __m128i c = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(mp[t] + K6_SC)),     \
+                    _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));          \
+                cd[t] = _mm256_set_m128i(_mm_cvtepi8_epi16(_mm_srli_si128(c, 8)), _mm_cvtepi8_epi16(c)); \
+            } else {                 /* uint8 codes: sc of blocks 0..7, then mn */                  \
+                __m128i c = _mm_loadu_si128((const __m128i *)(mp[t] + K4_SC)), c0 = _mm_cvtepu8_epi16(c); \
+                cd[t] = _mm256_set_m128i(c0, c0);                                                   \
+                mn[t] = _mm_cvtepu8_epi16(_mm_srli_si128(c, 8));                                    \
+            }                                                                                       \
             _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) isum[t][r] = _mm256_setzero_si256(); \
         }                                                                                           \
         const int8_t *xq = a->qk + (int64_t)r0 * k + j * 256;                                       \
         _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++) {                                       \
             const __m256i ctrl = _mm256_set1_epi16((short)(0x0100 + 0x0202 * b));                   \
             TF_UNROLL for (int t = 0; t < NT; t++) {                                                \
-                __m256i wv = kunpack(F, qp[t], hp[t], b), sc = _mm256_shuffle_epi8(cd[t], ctrl);    \
+                __m256i wv = kunpack(F, bp[t], b), sc = _mm256_shuffle_epi8(cd[t], ctrl);           \
                 _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {                              \
                     __m256i x = _mm256_loadu_si256((const __m256i *)(xq + r * k + 32 * b));         \
                     isum[t][r] = DPW(isum[t][r], _mm256_maddubs_epi16(wv, x), sc);                  \
@@ -166,8 +200,8 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, i
                 tot[p] = F == TF_K6 ? DPW(isum[t][r], _mm256_slli_epi16(cd[t], 5), nbs) : isum[t][r]; \
                 if (F != TF_K6) mtot[p] = _mm_madd_epi16(mn[t], b32);                               \
                 xsa[p] = a->sk[row * nsb + j];                                                      \
-                da[p] = super_scale(w, n0 + t, 0, j);                                               \
-                if (F != TF_K6) ma[p] = super_scale(w, n0 + t, 1, j);                               \
+                da[p] = _cvtsh_ss(u16_at(mp[t] + (F == TF_K6 ? K6_D : K4_D)));                      \
+                if (F != TF_K6) ma[p] = -_cvtsh_ss(u16_at(mp[t] + K4_DMIN));                        \
             }                                                                                       \
         }                                                                                           \
         TF_UNROLL for (int g = 0; g < NG; g++) {                                                    \
@@ -259,48 +293,50 @@ static inline int32x4_t kdot4(int8x16_t w, int8x16_t x) {
 }
 
 /* 16 values of block b from byte offset o (0 or 16) of the block's 32, as signed int8 */
-static inline int8x16_t kunpack_neon(int F, const uint8_t *q, const uint8_t *h, int b, int o) {
+static inline int8x16_t kunpack_neon(int F, const uint8_t *q, int b, int o) {
     uint8x16_t m4 = vdupq_n_u8(15);
     if (F == TF_K6) {
         int half = b / 4, t = b % 4;
-        uint8x16_t l = vld1q_u8(q + 64 * half + 32 * (t & 1) + o), x = vld1q_u8(h + 32 * half + o);
+        uint8x16_t l = vld1q_u8(q + K6_QL + 64 * half + 32 * (t & 1) + o);
+        uint8x16_t x = vld1q_u8(q + K6_QH + 32 * half + o);
         l = t < 2 ? vandq_u8(l, m4) : vshrq_n_u8(l, 4);
         x = vandq_u8(vshlq_u8(x, vdupq_n_s8((int8_t)(-2 * t))), vdupq_n_u8(3));
         return vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(l, vshlq_n_u8(x, 4))), vdupq_n_s8(32));
     }
-    uint8x16_t v = vld1q_u8(q + 32 * (b / 2) + o);
+    uint8x16_t v = vld1q_u8(q + (F == TF_K5 ? K5_QS : K4_QS) + 32 * (b / 2) + o);
     v = b % 2 ? vshrq_n_u8(v, 4) : vandq_u8(v, m4);
     if (F == TF_K5) {
-        uint8x16_t x = vandq_u8(vshlq_u8(vld1q_u8(h + o), vdupq_n_s8((int8_t)-b)), vdupq_n_u8(1));
+        uint8x16_t x = vandq_u8(vshlq_u8(vld1q_u8(q + K5_QH + o), vdupq_n_s8((int8_t)-b)), vdupq_n_u8(1));
         v = vorrq_u8(v, vshlq_n_u8(x, 4));
     }
     return vreinterpretq_s8_u8(v);
 }
 
 static void krows_neon(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) {
-    int F = w->fmt, HB = high_bytes(F);
+    int F = w->fmt;
     int64_t k = w->k, nsb = k / 256;
     for (int64_t n = n0; n < n1; n++)
         for (int64_t r = 0; r < a->rows; r++) {
             float acc = 0.0f;
             for (int64_t j = 0; j < nsb; j++) {
-                int64_t sb = n * nsb + j;
-                const uint8_t *q = w->q + sb * 128, *h = HB ? w->qh + sb * HB : 0;
-                const int8_t *xq = a->qk + r * k + j * 256, *c0 = codes(w, n, 0, j), *c1 = codes(w, n, 1, j);
+                const uint8_t *q = kbits(w, n, j), *meta = kmeta(w, n, j);
+                const int8_t *xq = a->qk + r * k + j * 256;
+                int c[16];
+                kcodes(w, meta, c);
                 int32x4_t is = vdupq_n_s32(0);
                 for (int b = 0; b < 8; b++) {
-                    int32x4_t lo = kdot4(kunpack_neon(F, q, h, b, 0), vld1q_s8(xq + 32 * b));
-                    int32x4_t hi = kdot4(kunpack_neon(F, q, h, b, 16), vld1q_s8(xq + 32 * b + 16));
-                    is = vmlaq_n_s32(is, lo, c0[b]);
-                    is = vmlaq_n_s32(is, hi, F == TF_K6 ? c1[b] : c0[b]);
+                    int32x4_t lo = kdot4(kunpack_neon(F, q, b, 0), vld1q_s8(xq + 32 * b));
+                    int32x4_t hi = kdot4(kunpack_neon(F, q, b, 16), vld1q_s8(xq + 32 * b + 16));
+                    is = vmlaq_n_s32(is, lo, c[b]);
+                    is = vmlaq_n_s32(is, hi, F == TF_K6 ? c[8 + b] : c[b]);
                 }
                 float xs = a->sk[r * nsb + j];
-                acc = fmaf((float)vaddvq_s32(is), xs * super_scale(w, n, 0, j), acc);
+                acc = fmaf((float)vaddvq_s32(is), xs * kscale(w, meta), acc);
                 if (F != TF_K6) {
                     const int16_t *bs = a->bs + (r * nsb + j) * 16;
                     int32_t M = 0;
-                    for (int b = 0; b < 8; b++) M += c1[b] * (bs[b] + bs[8 + b]);
-                    acc = fmaf((float)M, xs * super_scale(w, n, 1, j), acc);
+                    for (int b = 0; b < 8; b++) M += c[8 + b] * (bs[b] + bs[8 + b]);
+                    acc = fmaf((float)M, xs * kmin_scale(meta), acc);
                 }
             }
             y[r * ldy + n] = acc;
@@ -325,10 +361,16 @@ void tf_kdot_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y
 
 /* One row as fp32: q * (D * code) (+ Dm * mcode), as quant.dequantize computes it. */
 void tf_kdequant_row(const tf_weight *w, int n, float *out) {
-    for (int64_t j = 0; j < w->k / 256; j++)
+    for (int64_t j = 0; j < w->k / 256; j++) {
+        const uint8_t *q = kbits(w, n, j), *meta = kmeta(w, n, j);
+        int c[16];
+        kcodes(w, meta, c);
+        float D = kscale(w, meta), Dm = w->fmt == TF_K6 ? 0.0f : kmin_scale(meta);
         for (int e = 0; e < 256; e++) {
-            float v = (float)kq_at(w, n, j, e) * (super_scale(w, n, 0, j) * (float)kcode(w, n, j, e));
-            if (w->fmt != TF_K6) v = v + super_scale(w, n, 1, j) * (float)codes(w, n, 1, j)[e / 32];
+            int code = w->fmt == TF_K6 ? c[(e % 32) / 16 * 8 + e / 32] : c[e / 32];
+            float v = (float)kq_at(w->fmt, q, e) * (D * (float)code);
+            if (w->fmt != TF_K6) v = v + Dm * (float)c[8 + e / 32];
             out[j * 256 + e] = v;
         }
+    }
 }

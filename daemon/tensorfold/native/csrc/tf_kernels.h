@@ -40,31 +40,31 @@ enum { TF_HAS_MIN = 2, TF_HIGH = 4, TF_HALF = 8 };
  * Q8: d[, m] (S = 1 + HAS_MIN).  Element e of a block has the value q * d (+ m),
  * one fp32 multiply then one fp32 add.
  *
- * K4, K5, K6 (k a multiple of 256, nsb = k/256 super-blocks): GGUF's bit layouts
- * per super-block, the scales as int8 codes in planes [n][2][nb] and fp32 super-
- * scales sup [n][SUP][nsb].  K4/K5: codes sc (plane 0) and mn (plane 1) per block,
- * sup d and -dmin (SUP = 2); value = q * (d * sc) + (-dmin * mn).  K6: codes of
- * elements 0..15 (plane 0) and 16..31 (plane 1) of each block, sup d (SUP = 1);
- * value = (q - 32) * (d * code).  Bits per super-block, per output:
- *   K4  q: 128 bytes; bytes 32i..32i+31 hold block 2i (low nibbles), 2i+1 (high).
- *   K5  as K4, and qh: 32 bytes, bit b of byte e = bit 4 of element e of block b.
- *   K6  q: 128 bytes, qh: 64 bytes; half h (blocks 4h..4h+3) reads q[64h..64h+63]
- *       and qh[32h..32h+31]: block 4h+t takes the low (t < 2) or high nibbles of
- *       q[64h + 32(t & 1) + e], and bits 2t, 2t+1 of qh[32h + e] as bits 4, 5. */
+ * K4, K5, K6 (k a multiple of 256, nsb = k/256 super-blocks): GGUF's Q4_K, Q5_K,
+ * Q6_K super-blocks split in two arrays, nsb entries per output: the value bits in
+ * the file's order (q: K4 128 bytes, K5 160, K6 192) and the scales (s: K4/K5 20
+ * bytes, K6 18).  K4/K5 scales: fp16 d and dmin, then the 6-bit codes a byte each,
+ * sc of blocks 0..7 then mn (the file packs them in 12 bytes); bits: [K5: 32 bytes
+ * of fifth bits, bit b of byte e = bit 4 of element e of block b], 128 bytes of
+ * nibbles (bytes 32i..32i+31: block 2i low, 2i+1 high); value = q * (d * sc) +
+ * (-dmin * mn).  K6 bits: 128 bytes ql, 64 bytes qh; scales: 16 int8 codes (one per
+ * 16 inputs), fp16 d; half h (blocks 4h..4h+3) reads ql[64h..64h+63] and
+ * qh[32h..32h+31]: block 4h+t takes the low (t < 2) or high nibbles of
+ * ql[64h + 32(t & 1) + e] and bits 2t, 2t+1 of qh[32h + e] as bits 4, 5;
+ * value = (q - 32) * (d * code). */
 typedef struct {
     int32_t fmt;          /* TF_Q4A, TF_Q8, TF_BF16, TF_K4, TF_K5, TF_K6 */
     int32_t flags;        /* TF_HAS_MIN (Q8), TF_HIGH (Q4A), TF_HALF (Q4A, Q8) */
     int32_t n;            /* outputs */
     int32_t k;            /* inputs (a multiple of 32; of 256 for K formats) */
     const uint8_t *q;     /* Q4A: n*nb blocks of 16 bytes, byte i = element i (low nibble), i + 16 (high);
-                             Q8: n*k int8; BF16: n*k uint16; K: as above */
-    const void *s;        /* [n][S][nb]: fp32, fp16 (TF_HALF) or int8 codes (K); fp16 planes need 16
+                             Q8: n*k int8; BF16: n*k uint16; K: value bits, as above */
+    const void *s;        /* [n][S][nb]: fp32 or fp16 (TF_HALF), K: scales as above; fp16 planes need 16
                              readable bytes past their end (a last partial group of eight is loaded
                              whole, then masked) */
     const float *bias;    /* n floats or NULL */
     const uint8_t *qh;    /* TF_HIGH: n*nb blocks of 4 bytes, bit e%8 of byte e/8 = bit 4 of element e
-                             (q = nibble | bit << 4, 0..31); K5, K6: as above; else NULL */
-    const float *sup;     /* K: [n][SUP][nsb] fp32 super-scales */
+                             (q = nibble | bit << 4, 0..31); else NULL */
 } tf_weight;
 
 /* q, k, v (and gate, up) run as one call: their outputs side by side, each
