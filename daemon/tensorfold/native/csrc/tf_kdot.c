@@ -4,10 +4,9 @@
  * and SIMD paths that reproduce it bit for bit (AVX2, AVX-512 VNNI, NEON). */
 #include "tf_dot.h"
 #include "tf_lanes.h"
+#include "tf_ops.h"
 
 #include <math.h>
-
-#include "tf_ops.h"
 
 /* Byte offsets in a super-block's value bits (q) and its scales (s) (tf_kernels.h). */
 enum {
