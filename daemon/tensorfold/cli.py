@@ -84,7 +84,8 @@ def _parser() -> argparse.ArgumentParser:
                             "with CORS; repeatable, or '*' for any (default: only the server's own pages)")
     serve.add_argument("--tool-parser", default=None,
                        choices=["qwen_xml", "hermes", "gemma4", "glm", "json"],
-                       help="tool-call format of the model's replies (default: from its chat template)")
+                       help="tool-call format of the model's replies (default: from its chat template; a ChatML "
+                            "template without one gets the built-in Hermes tool prompt)")
     serve.add_argument("--reasoning-effort", default=None,
                        choices=["none", "minimal", "low", "medium", "high", "xhigh"],
                        help="effort for requests that send none (default: the template's own)")

@@ -22,7 +22,7 @@ class DefaultServer:
 @pytest.fixture(scope="session")
 def default_server(default_model) -> Iterator[DefaultServer]:
     engine = EngineClient(default_model, EngineConfig(device="cpu", kv_memory=1.0))
-    # SmolLM2's template renders no tool calls: name the format its calls are read in
-    with running(engine, ServerConfig(tool_parser="hermes")) as served:
+    # no --tool-parser: SmolLM2's ChatML template gets the built-in Hermes tool prompt
+    with running(engine, ServerConfig()) as served:
         with openai.OpenAI(base_url=served.base_url, api_key="unused", max_retries=0, timeout=120) as c:
             yield DefaultServer(c, served.served_id)

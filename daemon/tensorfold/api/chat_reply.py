@@ -12,14 +12,15 @@ from typing import Any
 
 from ..parsers import (ContentDelta, Event, ReasoningDelta, ReplyParser, ToolCallArgsDelta, ToolCallStart,
                        build_reply_parser, reasoning_for_template)
+from .tool_prompt import tool_format as tool_format_for
 
 
 def reply_parser(engine: Any, body: Any, request: Any, config: Any) -> ReplyParser | None:
     """The parser for `request` (the engine request of `body`), or None when the
     reply is plain content. The reply thinks when the request has think markers."""
-    tool_format = config.tool_parser
     tok = engine.tokenizer
     template = getattr(tok, "chat_template", "")
+    tool_format = tool_format_for(template, config.tool_parser).parser
     tools = None if body.tool_choice == "none" else body.tools
     if not template or not (tools or tool_format or reasoning_for_template(template)):
         return None

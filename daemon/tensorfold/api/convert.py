@@ -22,6 +22,7 @@ from ..engine.types import Priority, Request, SamplingParams
 from . import errors
 from .reasoning import effort_kwargs, think_markers, thinking_budget_rule
 from .tool_force import offered, tool_force
+from .tool_prompt import hermes_messages, tool_format
 from .messages import demote_later_system, template_messages
 from .priority import request_priority
 from .schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
@@ -56,7 +57,11 @@ def chat_request(body: ChatCompletionRequest, engine: Engine, config: ServerConf
     template = getattr(engine.tokenizer, "chat_template", "")
     kwargs = effort_kwargs(template_kwargs(body.chat_template_kwargs), body.reasoning_effort,
                            config.reasoning_effort, template)
-    prompt = render_prompt(engine.tokenizer, messages, tools, kwargs)
+    fmt = tool_format(template, config.tool_parser)
+    if fmt.builtin:                # the server writes the tools, calls and results (tool_prompt.py)
+        prompt = render_prompt(engine.tokenizer, hermes_messages(messages, tools), None, kwargs)
+    else:
+        prompt = render_prompt(engine.tokenizer, messages, tools, kwargs)
     if body.max_completion_tokens is not None:
         explicit, param = body.max_completion_tokens, "max_completion_tokens"
     else:
@@ -68,7 +73,7 @@ def chat_request(body: ChatCompletionRequest, engine: Engine, config: ServerConf
     budget = thinking_budget_rule(engine.tokenizer, template, kwargs, body.thinking_budget,
                                   config.thinking_budget, prompt)
     think = think_markers(engine.tokenizer, template, kwargs, prompt)
-    force = tool_force(engine, body, tools, config.tool_parser, think)
+    force = tool_force(engine, body, tools, fmt, think)
     rules = tuple(r for r in (budget, force) if r is not None)
     return dataclasses.replace(request, constraints=rules, think=think)
 

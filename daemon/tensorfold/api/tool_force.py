@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.constraints import ToolForce
-from ..parsers import parser_for_template
 from . import errors
+from .tool_prompt import ToolFormat
 
 MARK = "tensorfold_tool_name_mark"
 USUAL = {"hermes": ('<tool_call>\n{"name": "', '"'), "qwen_xml": ("<tool_call>\n<function=", ">"),
@@ -49,18 +49,22 @@ def call_text(tokenizer: Any, template: str, fmt: str, tools: list[dict[str, Any
     return text[start:at], text[at + len(MARK)]
 
 
-def tool_force(engine: Any, body: Any, tools: list[dict[str, Any]] | None, tool_format: str | None,
+def tool_force(engine: Any, body: Any, tools: list[dict[str, Any]] | None, fmt: ToolFormat,
                think: Any) -> ToolForce | None:
+    """The forced-call rule, or None when the request does not force a call.
+    `fmt`: the request's tool format (tool_prompt.tool_format)."""
     if body.tool_choice != "required" and not isinstance(body.tool_choice, dict):
         return None
     if not tools:
         raise errors.invalid("tool_choice requires offered tools", param="tool_choice")
     tok = engine.tokenizer
     template = getattr(tok, "chat_template", "")
-    fmt = tool_format or parser_for_template(template)
-    if fmt is None:
+    if fmt.parser is None:
         raise errors.invalid("This model's chat template has no tool-call format, so a call cannot be forced; "
-                             "start the server with --tool-parser", param="tool_choice")
-    prefix, name_end = call_text(tok, template, fmt, tools)
+                             f"start the server with --tool-parser ({', '.join(USUAL)})", param="tool_choice")
+    if fmt.builtin:                # the built-in prompt renders calls as the usual Hermes text
+        prefix, name_end = USUAL[fmt.parser]
+    else:
+        prefix, name_end = call_text(tok, template, fmt.parser, tools)
     names = tuple(t["function"]["name"] for t in tools)
     return ToolForce(tuple(tok.encode(prefix)), names, name_end, tok.decode, tok.encode, think)
