@@ -120,3 +120,24 @@ def test_requests_queue_one_at_a_time_and_all_finish(engine):
     assert all(r[-1].finish.usage.completion_tokens == 8 for r in results)
     # identical requests give identical replies whatever their place in the queue
     assert len({r[-1].finish.stats.token_sha for r in results}) == 1
+
+
+def test_idle_engine_gives_back_the_kv_of_finished_replies(tiny_model):
+    """When nothing runs, the blocks a finished reply wrote and no cache keeps (its
+    partial tail) go back to the system; cached prefix blocks stay."""
+    client = EngineClient(tiny_model, EngineConfig(dtype="float32", device="cpu"))
+    trimmed: list[int] = []
+    runner_trim = client.runner.trim_kv
+    client.runner.trim_kv = lambda blocks: (trimmed.extend(blocks), runner_trim(blocks))
+    client.start()
+    try:
+        _, tokens, _ = run(client, req(client, max_tokens=20, ignore_eos=True))
+        deadline = time.monotonic() + 5
+        while not trimmed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        cache = client.engine.cache
+        assert trimmed, "the idle engine returned no blocks"
+        assert not set(trimmed) & set(cache._idle), "a cached prefix block was trimmed"
+        assert set(trimmed) <= set(cache._free)
+    finally:
+        client.stop()

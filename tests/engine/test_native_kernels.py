@@ -12,6 +12,7 @@ where they are set.
 from __future__ import annotations
 
 import ctypes as C
+import os
 import subprocess
 import sys
 import textwrap
@@ -532,3 +533,49 @@ def test_forward_q8_close_to_fp32_model(folders, arch):
     top1 = (got.argmax(-1) == want.argmax(-1)).double().mean().item()
     assert kl.mean().item() < 2e-3 and kl.max().item() < 5e-3, (kl.mean().item(), kl.max().item())
     assert top1 >= 0.9, top1
+
+
+# ============================================================================ idle KV memory
+
+
+def resident_bytes(address: int, length: int) -> int:
+    """Bytes of [address, address + length) (page aligned) backed by memory now (mincore)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    pages = -(-length // page)
+    vec = (C.c_ubyte * pages)()
+    libc = C.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [C.c_void_p, C.c_size_t, C.POINTER(C.c_ubyte)]
+    assert libc.mincore(C.c_void_p(address), C.c_size_t(length), vec) == 0, os.strerror(C.get_errno())
+    return sum(v & 1 for v in vec) * page
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore on Linux")
+def test_trimmed_kv_blocks_go_back_to_the_system(folders):
+    r = native(folders["llama"], "q8_0")
+    address, size = C.addressof(r.model._kv_view), len(r.model._kv)
+    tokens = list(range(3, 3 + 4 * BS))
+    assert resident_bytes(address, size) == 0           # backed only as written
+    prefill(r, tokens, [0, 1, 2, 3])
+    block = r.model.struct.block_stride * 2
+    assert resident_bytes(address, size) >= 3 * block
+    r.trim_kv([0, 1, 2, 3])
+    assert resident_bytes(address, size) <= 4096        # at most a page blocks 0..3 share with block 4
+    # a trimmed block is written again before it is read: the same logits as before
+    again = prefill(r, tokens, [0, 1, 2, 3])
+    fresh = native(folders["llama"], "q8_0")
+    assert_same(again, prefill(fresh, tokens, [0, 1, 2, 3]), "after a trim")
+
+
+def test_cache_hands_out_written_free_blocks_once():
+    from tensorfold.engine.cache import BlockCache
+
+    cache = BlockCache(8, 4)
+    a = cache.allocate(3)
+    cache.register(a[0], 0, [1, 2, 3, 4])             # a full block: cached when released
+    assert cache.take_trimmable() == []               # all in use
+    cache.release(a)
+    assert cache.take_trimmable() == sorted(a[1:])    # the cached block keeps its KV
+    assert cache.take_trimmable() == []               # only once until written again
+    b = cache.allocate(1)
+    cache.release(b)
+    assert cache.take_trimmable() == b

@@ -33,6 +33,7 @@ class BlockCache:
         self._meta: dict[int, _Cached] = {}
         self._idle: OrderedDict[int, None] = OrderedDict()   # cached, unused: LRU order
         self._next_cid = ROOT + 1
+        self._written: set[int] = set()     # blocks handed out since their pages were last returned
 
     # -- capacity --------------------------------------------------------------------
     def blocks_for(self, positions: int) -> int:
@@ -78,7 +79,16 @@ class BlockCache:
                 b, _ = self._idle.popitem(last=False)
                 del self._by_key[self._meta.pop(b).key]
             self._refs[b] = 1
+            self._written.add(b)
             out.append(b)
+        return out
+
+    def take_trimmable(self) -> list[int]:
+        """Free blocks written since they were last trimmed: their memory can go back to
+        the system (the next sequence that gets one writes it again)."""
+        free = set(self._free)
+        out = sorted(b for b in self._written if b in free)
+        self._written.difference_update(out)
         return out
 
     def register(self, block: int, parent_cid: int, tokens: Sequence[int]) -> int:

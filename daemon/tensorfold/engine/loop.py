@@ -32,6 +32,7 @@ class Backend(Protocol):
     vocab_size: int
 
     def allocate_kv(self, num_blocks: int, block_size: int) -> None: ...
+    def trim_kv(self, blocks: list[int]) -> None: ...          # unused blocks: their memory may go
     def segment(self, blocks: list[int], start: int, rows: int) -> Any: ...
     def forward(self, tokens: list[int], segments: list[Any], out_rows: list[int]) -> torch.Tensor: ...
 
@@ -94,6 +95,8 @@ class Engine:
 
     def _loop(self) -> None:
         while not self._stopping:
+            if self.scheduler.idle:
+                self.backend.trim_kv(self.cache.take_trimmable())
             self._take_inbox(block=self.scheduler.idle)
             for seq in self.scheduler.drop_aborted():
                 self._release(seq)

@@ -133,6 +133,18 @@ class NativeModel:
         self.struct.block_size = block_size
         self.num_blocks = num_blocks
 
+    def trim_kv(self, blocks: list[int]) -> None:
+        """Return the pages of `blocks` to the system (MADV_DONTNEED: they read as zeros
+        and are backed again when a sequence writes them)."""
+        if self._kv is None or not blocks:
+            return
+        size, page = self.struct.block_stride * 2, mmap.PAGESIZE
+        for b in blocks:
+            start = -(-(b * size) // page) * page           # whole pages inside the block only
+            end = (b + 1) * size // page * page
+            if end > start:
+                self._kv.madvise(mmap.MADV_DONTNEED, start, end - start)
+
     # -- forward -------------------------------------------------------------------
     def forward(self, tokens: np.ndarray, pos: np.ndarray, tab_off: np.ndarray, tables: np.ndarray,
                 out_rows: np.ndarray) -> torch.Tensor:

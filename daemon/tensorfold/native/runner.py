@@ -64,6 +64,10 @@ class NativeRunner:
         log.info("KV map: %d blocks of %d positions, up to %.1f MiB (fp16, backed as written)", num_blocks,
                  block_size, num_blocks * block_size * self.kv_bytes_per_token() / 2**20)
 
+    def trim_kv(self, blocks: list[int]) -> None:
+        """Give the pages of these unused blocks back to the system."""
+        self.model.trim_kv(blocks)
+
     def segment(self, blocks: list[int], start: int, rows: int) -> Segment:
         return Segment(list(blocks), start, rows)
 

@@ -66,6 +66,9 @@ class TorchRunner:
         self.kv = KVPool(a.layers, a.kv_heads, a.head_dim, num_blocks, block_size, self.dtype, self.device)
         log.info("KV pool: %d blocks of %d positions, %.1f MiB", num_blocks, block_size, self.kv.nbytes() / 2**20)
 
+    def trim_kv(self, blocks: list[int]) -> None:
+        """The pool is allocated whole (on CUDA, memory the server keeps): nothing to return."""
+
     def segment(self, blocks: list[int], start: int, rows: int) -> Segment:
         return Segment(torch.tensor(blocks, dtype=torch.int64, device=self.device), start, rows)
 
