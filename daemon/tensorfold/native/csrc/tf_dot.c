@@ -303,16 +303,6 @@ TF_KERNELS(tile_vnni, TF_VNNI, 1)
 
 /* ---------------------------------------------------------------- NEON */
 #ifdef TF_NEON
-static inline int32x4_t dot4(int8x16_t w, int8x16_t x) {
-#ifdef __ARM_FEATURE_DOTPROD
-    return vdotq_s32(vdupq_n_s32(0), w, x);
-#else
-    int16x8_t lo = vmull_s8(vget_low_s8(w), vget_low_s8(x));
-    int16x8_t hi = vmull_s8(vget_high_s8(w), vget_high_s8(x));
-    return vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi));
-#endif
-}
-
 /* A block's 32 fifth bits (TF_HIGH) as bytes 0 or 16: elements 0..15, then 16..31. */
 static inline void high_neon(const uint8_t *p, uint8x16_t *h0, uint8x16_t *h1) {
     static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};

@@ -43,6 +43,18 @@ static inline void kcodes(const tf_weight *w, const uint8_t *meta, int *out) {
     for (int i = 0; i < 16; i++) out[i] = meta[K4_SC + i];
 }
 
+/* The code that scales element e (0..255), from kcodes' out. */
+static inline int kcode_at(int fmt, const int *c, int e) {
+    return fmt == TF_K6 ? c[(e % 32) / 16 * 8 + e / 32] : c[e / 32];
+}
+
+/* K4/K5: the min term's exact integer, sum over blocks of mn_b * bsum_b (bs as in tf_acts). */
+static inline int32_t kmin_sum(const int *c, const int16_t *bs) {
+    int32_t M = 0;
+    for (int b = 0; b < 8; b++) M += c[8 + b] * (bs[b] + bs[8 + b]);
+    return M;
+}
+
 /* The super-scales D (and Dm = -dmin for K4/K5), exactly widened from fp16. */
 static inline float kscale(const tf_weight *w, const uint8_t *meta) {
     return tf_h2f(u16_at(meta + (w->fmt == TF_K6 ? K6_D : K4_D)));
@@ -76,16 +88,9 @@ static float kdot_ref(const tf_weight *w, int64_t n, const tf_acts *a, int64_t r
         int c[16];
         kcodes(w, meta, c);
         int32_t I = 0;
-        for (int e = 0; e < 256; e++) {
-            int code = w->fmt == TF_K6 ? c[(e % 32) / 16 * 8 + e / 32] : c[e / 32];
-            I += code * kq_at(w->fmt, q, e) * xq[j * 256 + e];
-        }
+        for (int e = 0; e < 256; e++) I += kcode_at(w->fmt, c, e) * kq_at(w->fmt, q, e) * xq[j * 256 + e];
         acc = fmaf((float)I, xs[j] * kscale(w, meta), acc);
-        if (w->fmt != TF_K6) {
-            int32_t M = 0;
-            for (int b = 0; b < 8; b++) M += c[8 + b] * (bs[j * 16 + b] + bs[j * 16 + 8 + b]);
-            acc = fmaf((float)M, xs[j] * kmin_scale(meta), acc);
-        }
+        if (w->fmt != TF_K6) acc = fmaf((float)kmin_sum(c, bs + j * 16), xs[j] * kmin_scale(meta), acc);
     }
     return acc;
 }
@@ -281,16 +286,6 @@ TF_KKERNELS(ktile_vnni, TF_VNNI, 1)
 
 /* ---------------------------------------------------------------- NEON */
 #ifdef TF_NEON
-static inline int32x4_t kdot4(int8x16_t w, int8x16_t x) {
-#ifdef __ARM_FEATURE_DOTPROD
-    return vdotq_s32(vdupq_n_s32(0), w, x);
-#else
-    int16x8_t lo = vmull_s8(vget_low_s8(w), vget_low_s8(x));
-    int16x8_t hi = vmull_s8(vget_high_s8(w), vget_high_s8(x));
-    return vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi));
-#endif
-}
-
 /* 16 values of block b from byte offset o (0 or 16) of the block's 32, as signed int8 */
 static inline int8x16_t kunpack_neon(int F, const uint8_t *q, int b, int o) {
     uint8x16_t m4 = vdupq_n_u8(15);
@@ -324,19 +319,15 @@ static void krows_neon(const tf_weight *w, int n0, int n1, const tf_acts *a, flo
                 kcodes(w, meta, c);
                 int32x4_t is = vdupq_n_s32(0);
                 for (int b = 0; b < 8; b++) {
-                    int32x4_t lo = kdot4(kunpack_neon(F, q, b, 0), vld1q_s8(xq + 32 * b));
-                    int32x4_t hi = kdot4(kunpack_neon(F, q, b, 16), vld1q_s8(xq + 32 * b + 16));
+                    int32x4_t lo = dot4(kunpack_neon(F, q, b, 0), vld1q_s8(xq + 32 * b));
+                    int32x4_t hi = dot4(kunpack_neon(F, q, b, 16), vld1q_s8(xq + 32 * b + 16));
                     is = vmlaq_n_s32(is, lo, c[b]);
                     is = vmlaq_n_s32(is, hi, F == TF_K6 ? c[8 + b] : c[b]);
                 }
                 float xs = a->sk[r * nsb + j];
                 acc = fmaf((float)vaddvq_s32(is), xs * kscale(w, meta), acc);
-                if (F != TF_K6) {
-                    const int16_t *bs = a->bs + (r * nsb + j) * 16;
-                    int32_t M = 0;
-                    for (int b = 0; b < 8; b++) M += c[8 + b] * (bs[b] + bs[8 + b]);
-                    acc = fmaf((float)M, xs * kmin_scale(meta), acc);
-                }
+                if (F != TF_K6)
+                    acc = fmaf((float)kmin_sum(c, a->bs + (r * nsb + j) * 16), xs * kmin_scale(meta), acc);
             }
             y[r * ldy + n] = acc;
         }
@@ -366,8 +357,7 @@ void tf_kdequant_row(const tf_weight *w, int n, float *out) {
         kcodes(w, meta, c);
         float D = kscale(w, meta), Dm = w->fmt == TF_K6 ? 0.0f : kmin_scale(meta);
         for (int e = 0; e < 256; e++) {
-            int code = w->fmt == TF_K6 ? c[(e % 32) / 16 * 8 + e / 32] : c[e / 32];
-            float v = (float)kq_at(w->fmt, q, e) * (D * (float)code);
+            float v = (float)kq_at(w->fmt, q, e) * (D * (float)kcode_at(w->fmt, c, e));
             if (w->fmt != TF_K6) v = v + Dm * (float)c[8 + e / 32];
             out[j * 256 + e] = v;
         }

@@ -26,6 +26,17 @@ TF_INLINE void prefetch_span(const void *p, int64_t bytes) {
 #if defined(__aarch64__) || defined(__ARM_NEON)
 #include <arm_neon.h>
 #define TF_NEON 1
+
+/* Four int32 lanes, lane l the exact sum of the products of int8 elements 4l..4l+3. */
+static inline int32x4_t dot4(int8x16_t w, int8x16_t x) {
+#ifdef __ARM_FEATURE_DOTPROD
+    return vdotq_s32(vdupq_n_s32(0), w, x);
+#else
+    int16x8_t lo = vmull_s8(vget_low_s8(w), vget_low_s8(x));
+    int16x8_t hi = vmull_s8(vget_high_s8(w), vget_high_s8(x));
+    return vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi));
+#endif
+}
 #endif
 
 #if defined(TF_X86) && defined(__linux__) && defined(__GNUC__)
