@@ -85,14 +85,15 @@ def test_gguf_formats_shapes_and_sizes(qtype):
     p = Q.pack_gguf(qtype, random_raw(qtype, n, k), n, k)
     nb = k // 32
     assert (p.fmt, p.flags, p.n, p.k) == (fmt, flags, n, k)
-    assert Q.nbytes(p) * 32 == per32 * n * k
-    if fmt in Q.K_FORMATS:
+    if fmt in Q.K_FORMATS:          # in groups of eight outputs, the last one padded
+        assert Q.nbytes(p) * 32 == per32 * 8 * k
         assert p.q.dtype == np.uint8 and p.s.dtype == np.uint8 and p.qh is None
-        assert p.q.shape[0] == p.s.shape[0] == n and p.q.shape[1] % 32 == 0
+        assert p.q.shape[0] == p.s.shape[0] == 1 and p.q.shape[1] % 32 == 0
         assert Q.scales(p).shape == (n, 2, nb) and Q.values(p).shape == (n, nb, 32)
         with pytest.raises(ValueError):
             Q.expand(p)
         return
+    assert Q.nbytes(p) * 32 == per32 * n * k
     assert p.s.shape == (n, S, nb)
     if fmt == Q.FMT_Q4A:
         assert p.q.dtype == np.uint8 and p.q.shape == (n, k // 2)
@@ -133,19 +134,57 @@ def test_q4_0_scales_exact():
     assert np.array_equal(Q.scales(p)[:, 1], -8 * d)
 
 
-def test_k_quants_keep_the_file_bits():
-    # Q4_K/Q5_K/Q6_K keep the file's value bits as they are; the scales keep d (and dmin)
-    n, k = 2, 512
-    for qtype, bits in ((QT.Q4_K, slice(16, 144)), (QT.Q5_K, slice(16, 176)), (QT.Q6_K, slice(0, 192))):
-        blk = random_raw(qtype, n, k).reshape(n, 2, -1)
-        p = Q.pack_gguf(qtype, blk.reshape(n, -1), n, k)
-        assert np.array_equal(p.q.reshape(n, 2, -1), blk[..., bits])
-        meta = p.s.reshape(n, 2, -1)
+def k_scales(sb):
+    """Q4_K/Q5_K's 12 bytes of 6-bit codes [..., 12] -> (sc, mn) [..., 8]: blocks 0..3 the low
+    6 bits of bytes 0..3 (sc) and 4..7 (mn); blocks 4..7 the nibbles of bytes 8..11 with
+    the top 2 bits of bytes 0..3 (sc) and 4..7 (mn)."""
+    a, b, c = sb[..., 0:4], sb[..., 4:8], sb[..., 8:12]
+    sc = np.concatenate([a & 0x3F, (c & 0x0F) | ((a >> 2) & 0x30)], axis=-1)
+    mn = np.concatenate([b & 0x3F, (c >> 4) | ((b >> 2) & 0x30)], axis=-1)
+    return sc, mn
+
+
+def k_low_nibbles(qs):
+    """128 nibble bytes [..., 128] -> [..., 8, 32]: block 2j the low nibbles of bytes 32j.., 2j+1 the high."""
+    g = qs.reshape(*qs.shape[:-1], 4, 1, 32)
+    return np.concatenate([g & 0x0F, g >> 4], axis=-2).reshape(*qs.shape[:-1], 8, 32)
+
+
+def k6_values(ql, qh):
+    """Q6_K's ql [..., 128], qh [..., 64] -> values 0..63 [..., 8, 32]: half h's blocks 4h + t take
+    the low (t < 2) or high nibbles of ql[64h + 32(t & 1) + e] and bits 2t, 2t + 1 of qh[32h + e]."""
+    lead = ql.shape[:-1]
+    lo = ql.reshape(*lead, 2, 1, 2, 32)
+    lo = np.concatenate([lo & 0x0F, lo >> 4], axis=-3)
+    hi = qh.reshape(*lead, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8)[:, None]
+    return (lo.reshape(*lead, 2, 4, 32) | ((hi & 3) << np.uint8(4))).reshape(*lead, 8, 32)
+
+
+def test_k_quants_keep_the_file_values_and_codes():
+    # Q4_K/Q5_K/Q6_K are regrouped losslessly: the same values, codes and fp16 super-scales
+    # for every output of a ragged last group
+    n, k = 11, 512
+    for qtype in (QT.Q4_K, QT.Q5_K, QT.Q6_K):
+        raw = random_raw(qtype, n, k)
+        p = Q.pack_gguf(qtype, raw, n, k)
+        blk = raw.reshape(n, 2, -1)
         if qtype == QT.Q6_K:
-            assert np.array_equal(meta, blk[..., 192:210])
+            vals = k6_values(blk[..., 0:128], blk[..., 128:192]).astype(np.int16) - 32
         else:
-            assert np.array_equal(meta[..., 0:4], blk[..., 0:4])      # fp16 d, dmin
-            assert meta[..., 4:].max() <= 63                          # the 6-bit codes, a byte each
+            vals = k_low_nibbles(blk[..., -128:]).astype(np.int16)
+            if qtype == QT.Q5_K:
+                vals |= ((blk[..., None, 16:48] >> np.arange(8, dtype=np.uint8)[:, None]) & 1).astype(np.int16) << 4
+        assert np.array_equal(Q.values(p), vals.reshape(n, k // 32, 32)), qtype.name
+        if qtype == QT.Q6_K:
+            codes = blk[..., 192:208].view(np.int8).astype(np.float32)
+            d = blk[..., 208:210].copy().view(np.float16)[..., 0].astype(np.float32)
+            want_s = np.repeat(d, 16, axis=-1).reshape(n, 2, 16) * codes
+            got_s = Q.scales(p).transpose(0, 2, 1).reshape(n, 2, 16)
+            assert np.array_equal(got_s, want_s)
+        else:
+            d = blk[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+            sc, _ = k_scales(blk[..., 4:16])
+            assert np.array_equal(Q.scales(p)[:, 0].reshape(n, 2, 8), d[..., None] * sc)
 
 
 def test_q6_k_values_range():

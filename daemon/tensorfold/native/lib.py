@@ -47,6 +47,7 @@ class Model(C.Structure):
 _SIGNATURES = {
     "tf_forward": (C.c_int, [C.POINTER(Model), _i32p, C.c_int, _i32p, _i32p, _i32p, _i32p, C.c_int, _f32p]),
     "tf_linear": (C.c_int, [C.POINTER(Weight), _f32p, C.c_int, _f32p]),
+    "tf_kpack": (None, [C.c_int, C.c_void_p, C.c_int, C.c_int, C.c_void_p, C.c_void_p]),
     "tf_pool_set_threads": (C.c_int, [C.c_int]),
     "tf_pool_threads": (C.c_int, []),
     "tf_isa": (C.c_int, []),

@@ -24,14 +24,15 @@ scales the rules above use, so no computed bit depends on the encoding:
     HALF    ``s`` float16 ``[n, S, nb]``, widened exactly.
 
 FMT_K4, FMT_K5, FMT_K6 (GGUF's Q4_K, Q5_K, Q6_K; k a multiple of 256, nsb =
-k // 256): the file's super-blocks split in two arrays, ``q`` uint8 ``[n, nsb *
-bits]`` their value bits in the file's order (K4 qs 128; K5 qh, qs 160; K6 ql, qh
-192) and ``s`` uint8 ``[n, nsb * meta]`` their scales (K4/K5: fp16 d, dmin and the
-6-bit codes sc, mn a byte each, 20; K6: sixteen int8 codes and fp16 d, 18);
-tf_kernels.h has the bit order.
-K4/K5: value = q * (d * sc) + (-dmin * mn); K6: value = (q - 32) * (d * code),
-one int8 code per 16 inputs.  The kernels multiply the codes as integers over
-whole super-blocks (tf_kernels.h, "K dot").
+k // 256): the file's super-blocks regrouped by eight outputs (the last group
+padded with zero outputs), ``q`` uint8 ``[G, nsb * bits]`` the values (K4 1024
+bytes per group and super-block, K5 1280, K6 1536: eight outputs' 8 inputs side
+by side in each 64 bytes) and ``s`` uint8 ``[G, nsb * meta]`` the scales (K4/K5:
+fp16 d, dmin and the 6-bit codes sc, mn a byte each, 160; K6: fp16 d and the
+int8 codes, 144); tf_kernels.h has the byte order.  The C packer (``tf_kpack``)
+writes them.  K4/K5: value = q * (d * sc) + (-dmin * mn); K6: value = (q - 32) *
+(d * code), one int8 code per 16 inputs.  The kernels multiply the codes as
+integers over whole super-blocks (tf_kernels.h, "K dot").
 
 ``pack_gguf`` repacks GGUF tensors losslessly; bytes per 32 weights (GGUF's own):
     Q4_0 -> Q4A HALF 20 (18)            Q4_1 -> Q4A HALF 20 (20)
@@ -109,15 +110,8 @@ def values(p: Packed) -> np.ndarray:
     """The integer q of every element, int16 [n, k//32, 32] (Q4A, Q8, K: K6 with its -32)."""
     nb = p.k // 32
     if p.fmt in K_FORMATS:
-        bits = _k_parts(p)[0]
-        if p.fmt == FMT_K6:
-            v = _k6_values(bits[..., 0:128], bits[..., 128:192]).astype(np.int16) - 32
-        else:
-            v = _k_low_nibbles(bits[..., -128:]).astype(np.int16)           # [n, nsb, 8, 32]
-            if p.fmt == FMT_K5:
-                h = bits[..., None, 0:32] >> np.arange(8, dtype=np.uint8)[:, None]
-                v |= (h & 1).astype(np.int16) << 4
-        return v.reshape(p.n, nb, 32)
+        v = _k_values(p).astype(np.int16)
+        return (v - 32 if p.fmt == FMT_K6 else v).reshape(p.n, nb, 32)
     if p.fmt == FMT_Q8:
         return p.q.reshape(p.n, nb, 32).astype(np.int16)
     qb = p.q.reshape(p.n, nb, 16)
@@ -189,61 +183,64 @@ def _q8(n: int, k: int, flags: int, qvals: np.ndarray, scales: list[np.ndarray],
     return Packed(FMT_Q8, flags | enc, n, k, q, s)
 
 
-def _k_scales(sb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Q4_K/Q5_K 12-byte packed 6-bit scales/mins [..., 12] -> (sc, mn) uint8 [..., 8].
-
-    Sub-blocks 0..3: scale = low 6 bits of bytes 0..3, min = low 6 bits of bytes 4..7.
-    Sub-blocks 4..7: low 4 bits from bytes 8..11 (scale: low nibble, min: high
-    nibble), top 2 bits from the top 2 bits of bytes 0..3 (scale) / 4..7 (min).
-    """
-    a, b, c = sb[..., 0:4], sb[..., 4:8], sb[..., 8:12]
-    sc = np.concatenate([a & 0x3F, (c & 0x0F) | ((a >> 2) & 0x30)], axis=-1)
-    mn = np.concatenate([b & 0x3F, (c >> 4) | ((b >> 2) & 0x30)], axis=-1)
-    return sc, mn
+def _ungroup(a: np.ndarray, n: int) -> np.ndarray:
+    """[G, 8, ...] -> [n, ...]"""
+    return a.reshape(-1, *a.shape[2:])[:n]
 
 
-def _k_parts(p: Packed) -> tuple[np.ndarray, np.ndarray]:
-    """A K weight's value bits and scales per super-block, uint8 [n, nsb, bits], [n, nsb, meta]."""
+def _k_records(p: Packed) -> tuple[np.ndarray, np.ndarray]:
+    """A K weight's records per (group, super-block), uint8 [G, nsb, bits], [G, nsb, meta]."""
     nsb = p.k // 256
-    return p.q.reshape(p.n, nsb, -1), p.s.reshape(p.n, nsb, -1)
+    return p.q.reshape(-1, nsb, p.q.shape[1] // nsb), p.s.reshape(-1, nsb, p.s.shape[1] // nsb)
+
+
+def _k_values(p: Packed) -> np.ndarray:
+    """A K weight's unsigned values (K6: 0..63, before its -32), uint8 [n, nsb, 8, 32]."""
+    bits = _k_records(p)[0]
+    G, nsb = bits.shape[:2]
+    nib = bits[..., :1024].reshape(G, nsb, 4, 1, 4, 8, 8)                 # [G, j, pair, ., m, t, i]
+    v = np.concatenate([nib & 0x0F, nib >> 4], axis=3).reshape(G, nsb, 8, 4, 8, 8)   # [G, j, b, m, t, i]
+    high = bits[..., 1024:]
+    if p.fmt == FMT_K5:
+        h = high.reshape(G, nsb, 1, 4, 8, 8) >> np.arange(8, dtype=np.uint8)[:, None, None, None]
+        v |= (h & 1) << np.uint8(4)
+    elif p.fmt == FMT_K6:
+        h = high.reshape(G, nsb, 2, 1, 4, 8, 8) >> (2 * np.arange(4, dtype=np.uint8))[:, None, None, None]
+        v |= ((h & 3) << np.uint8(4)).reshape(G, nsb, 8, 4, 8, 8)
+    return _ungroup(v.transpose(0, 4, 1, 2, 3, 5), p.n).reshape(p.n, nsb, 8, 32)
+
+
+K_RECORD = {FMT_K4: (1024, 160), FMT_K5: (1280, 160), FMT_K6: (1536, 144)}  # bytes per group and super-block
+
+
+def _k_group(fmt: int, blk: np.ndarray, n: int, k: int) -> Packed:
+    """The grouped K layout (tf_kernels.h) of GGUF super-blocks [n, k // 256, bytes], by the C packer."""
+    from . import lib
+
+    nsb, (qb, mb) = k // 256, K_RECORD[fmt]
+    groups = -(-n // 8)
+    q, s = np.zeros((groups, nsb * qb), np.uint8), np.zeros((groups, nsb * mb), np.uint8)
+    lib.load().tf_kpack(fmt, np.ascontiguousarray(blk).ctypes.data, n, k, q.ctypes.data, s.ctypes.data)
+    return Packed(fmt, 0, n, k, q, s)
 
 
 def _k_scales_of(p: Packed) -> np.ndarray:
     """A K weight's float32 scale planes [n, 2, nb]: K4/K5 d * sc and -dmin * mn per
     block; K6 d * code for inputs 0..15 and 16..31 of each block."""
-    meta = _k_parts(p)[1]
+    meta = _k_records(p)[1]
+    G, nsb = meta.shape[:2]
+    out = lambda a: _ungroup(a.swapaxes(1, 2), p.n)                       # [G, j, t, ...] -> [n, j, ...]  # noqa: E731
+    d = out(_f16(meta[..., 0:16].reshape(G, nsb, 8, 2)))[..., None]
     if p.fmt == FMT_K6:
-        d = _f16(meta[..., 16:18])[..., None]
-        sc = meta[..., 0:16].view(np.int8).reshape(*meta.shape[:-1], 8, 2).astype(_F32)
-        planes = [d * sc[..., 0], d * sc[..., 1]]
+        c = meta[..., 16:144].view(np.int8).reshape(G, nsb, 2, 8, 8).transpose(0, 4, 1, 3, 2)  # [G, t, j, b, h]
+        c = _ungroup(c, p.n).astype(_F32)
+        planes = [d * c[..., 0], d * c[..., 1]]
     else:
-        planes = [_f16(meta[..., 0:2])[..., None] * meta[..., 4:12].astype(_F32),
-                  -_f16(meta[..., 2:4])[..., None] * meta[..., 12:20].astype(_F32)]
+        dmin = out(_f16(meta[..., 16:32].reshape(G, nsb, 8, 2)))[..., None]
+        sc = _ungroup(meta[..., 32:96].reshape(G, nsb, 8, 8).transpose(0, 3, 1, 2), p.n)
+        mn = _ungroup(meta[..., 96:160].reshape(G, nsb, 4, 8, 2).transpose(0, 3, 1, 2, 4), p.n).reshape(p.n, nsb, 8)
+        planes = [d * sc.astype(_F32), -dmin * mn.astype(_F32)]
     return _stack(p.n, planes, _F32)
-
-
-def _k6_values(ql: np.ndarray, qh: np.ndarray) -> np.ndarray:
-    """Q6_K's 128 ql and 64 qh bytes [..., 128], [..., 64] -> unsigned values 0..63 [..., 8, 32].
-
-    Each 128-element half h uses ql[64h:64h+64] and qh[32h:32h+32]; its four
-    32-element chunks t take the low nibbles of ql bytes 0..31 / 32..63, then the
-    high nibbles of bytes 0..31 / 32..63, and bits 2t..2t+1 of the qh bytes.
-    """
-    lead = ql.shape[:-1]
-    lo = ql.reshape(*lead, 2, 1, 2, 32)
-    lo = np.concatenate([lo & 0x0F, lo >> 4], axis=-3)  # [..., 2, 4, 32]
-    hi = qh.reshape(*lead, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8)[:, None]
-    return (lo.reshape(*lead, 2, 4, 32) | ((hi & 3) << np.uint8(4))).reshape(*lead, 8, 32)
-
-
-def _k_low_nibbles(qs: np.ndarray) -> np.ndarray:
-    """K-quant 128 nibble bytes [..., 128] -> values [..., 8, 32].
-
-    Sub-block 2j holds the low nibbles of bytes 32j..32j+31, sub-block 2j+1
-    their high nibbles.
-    """
-    g = qs.reshape(*qs.shape[:-1], 4, 1, 32)
-    return np.concatenate([g & 0x0F, g >> 4], axis=-2).reshape(*qs.shape[:-1], 8, 32)
 
 
 # --------------------------------------------------------------------------- GGUF
@@ -303,35 +300,15 @@ def _from_q8_0(blk, n, k):  # block: fp16 d, 32 int8
     return _q8(n, k, 0, blk[..., 2:].view(np.int8), [_f16(blk[..., 0:2])], half=True)
 
 
-def _from_q4_k(blk, n, k):  # 144 bytes: fp16 d, dmin, 12 bytes of 6-bit codes, 128 nibble bytes
-    return _k_pack(FMT_K4, blk, blk[..., 16:144], n, k)
-
-
-def _from_q5_k(blk, n, k):  # 176 bytes: fp16 d, dmin, 12 code bytes, 32 qh bytes, 128 nibble bytes
-    return _k_pack(FMT_K5, blk, blk[..., 16:176], n, k)
-
-
-def _from_q6_k(blk, n, k):  # 210 bytes: 128 ql, 64 qh, 16 int8 codes (one per 16 inputs), fp16 d
-    return Packed(FMT_K6, 0, n, k, np.ascontiguousarray(blk[..., 0:192]).reshape(n, -1),
-                  np.ascontiguousarray(blk[..., 192:210]).reshape(n, -1))
-
-
-def _k_pack(fmt: int, blk: np.ndarray, bits: np.ndarray, n: int, k: int) -> Packed:
-    """Q4_K/Q5_K: the value bits as they are; the scales with their 6-bit codes a byte each."""
-    sc, mn = _k_scales(blk[..., 4:16])
-    meta = np.concatenate([blk[..., 0:4], sc, mn], axis=-1)
-    return Packed(fmt, 0, n, k, np.ascontiguousarray(bits).reshape(n, -1), np.ascontiguousarray(meta).reshape(n, -1))
-
-
 _GGUF_HANDLERS = {
     QT.Q5_0: _from_q5_0,
     QT.Q5_1: _from_q5_1,
     QT.Q4_0: _from_q4_0,
     QT.Q4_1: _from_q4_1,
     QT.Q8_0: _from_q8_0,
-    QT.Q4_K: _from_q4_k,
-    QT.Q5_K: _from_q5_k,
-    QT.Q6_K: _from_q6_k,
+    QT.Q4_K: lambda blk, n, k: _k_group(FMT_K4, blk, n, k),
+    QT.Q5_K: lambda blk, n, k: _k_group(FMT_K5, blk, n, k),
+    QT.Q6_K: lambda blk, n, k: _k_group(FMT_K6, blk, n, k),
 }
 
 

@@ -26,6 +26,7 @@ void tf_dequant_row(const tf_weight *w, int n, float *out);
 /* the K formats (tf_kdot.c) */
 void tf_kdot_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy);
 void tf_kdequant_row(const tf_weight *w, int n, float *out);
+void tf_kpack(int fmt, const uint8_t *raw, int n, int k, uint8_t *q, uint8_t *s);
 int tf_isa(void);
 int tf_best_isa(void);
 int tf_set_isa(int want);

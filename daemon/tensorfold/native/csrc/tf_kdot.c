@@ -1,27 +1,37 @@
-/* The K formats (GGUF's Q4_K, Q5_K and Q6_K bit layouts; tf_kernels.h): dot
- * products over super-blocks of 256 inputs whose integer part is exact (the
- * "K dot"), so only the per-super-block scaling is fp32.  One scalar reference
- * and SIMD paths that reproduce it bit for bit (AVX2, AVX-512 VNNI, NEON). */
+/* The K formats (GGUF's Q4_K, Q5_K and Q6_K, repacked in groups of eight
+ * outputs; tf_kernels.h): dot products over super-blocks of 256 inputs whose
+ * integer part is exact (the "K dot"), so only the per-super-block scaling is
+ * fp32.  One scalar reference and SIMD paths that reproduce it bit for bit
+ * (AVX2, AVX-512 VNNI, NEON).
+ *
+ * The grouped layout puts the eight outputs of a group side by side, eight
+ * inputs each, in every 64-byte vector: one broadcast of eight activation bytes
+ * feeds all eight outputs, each output's exact total lands in its own pair of
+ * int32 lanes, and a super-block ends with one fp32 multiply-add per eight
+ * outputs instead of horizontal reductions. */
 #include "tf_dot.h"
 #include "tf_lanes.h"
 #include "tf_ops.h"
 
 #include <math.h>
 
-/* Byte offsets in a super-block's value bits (q) and its scales (s) (tf_kernels.h). */
+/* Byte offsets in a group's super-block record: value bits (q) and scales (s). */
 enum {
-    K4_QS = 0, K4_BITS = 128, K5_QH = 0, K5_QS = 32, K5_BITS = 160, K6_QL = 0, K6_QH = 128, K6_BITS = 192,
-    K4_D = 0, K4_DMIN = 2, K4_SC = 4, K4_MN = 12, K4_META = 20, K6_SC = 0, K6_D = 16, K6_META = 18,
+    KG_NIB = 0, KG_HIGH = 1024,                     /* nibble plane; K5/K6 high-bit plane */
+    K4_BITS = 1024, K5_BITS = 1280, K6_BITS = 1536,
+    KG_D = 0, KG_DMIN = 16, KG_SC = 32, KG_MN = 96, K4_META = 160,  /* K4, K5 */
+    K6_CODE = 16, K6_META = 144,
 };
 
 static inline int bits_bytes(int fmt) { return fmt == TF_K4 ? K4_BITS : fmt == TF_K5 ? K5_BITS : K6_BITS; }
 static inline int meta_bytes(int fmt) { return fmt == TF_K6 ? K6_META : K4_META; }
 
-static inline const uint8_t *kbits(const tf_weight *w, int64_t n, int64_t j) {
-    return w->q + (n * (w->k / 256) + j) * bits_bytes(w->fmt);
+/* group g's record of super-block j */
+static inline const uint8_t *kbits(const tf_weight *w, int64_t g, int64_t j) {
+    return w->q + (g * (w->k / 256) + j) * bits_bytes(w->fmt);
 }
-static inline const uint8_t *kmeta(const tf_weight *w, int64_t n, int64_t j) {
-    return (const uint8_t *)w->s + (n * (w->k / 256) + j) * meta_bytes(w->fmt);
+static inline const uint8_t *kmeta(const tf_weight *w, int64_t g, int64_t j) {
+    return (const uint8_t *)w->s + (g * (w->k / 256) + j) * meta_bytes(w->fmt);
 }
 
 static inline uint16_t u16_at(const uint8_t *p) {
@@ -30,277 +40,317 @@ static inline uint16_t u16_at(const uint8_t *p) {
     return v;
 }
 
-/* The super-block's integer codes: out[0..7] the scale codes of blocks 0..7 (K6:
- * of their inputs 0..15), out[8..15] the mins (K6: the codes of inputs 16..31). */
-static inline void kcodes(const tf_weight *w, const uint8_t *meta, int *out) {
-    if (w->fmt == TF_K6) {
-        for (int b = 0; b < 8; b++) {
-            out[b] = (int8_t)meta[K6_SC + 2 * b];
-            out[8 + b] = (int8_t)meta[K6_SC + 2 * b + 1];
-        }
-        return;
-    }
-    for (int i = 0; i < 16; i++) out[i] = meta[K4_SC + i];
+/* Output t's code for inputs 16h..16h+15 of block b (K4/K5: one code per block). */
+static inline int kcode(int fmt, const uint8_t *meta, int t, int b, int h) {
+    return fmt == TF_K6 ? (int8_t)meta[K6_CODE + 8 * (8 * h + b) + t] : meta[KG_SC + 8 * b + t];
+}
+/* Code unit u of block b (K4/K5: the block; K6: its inputs 16u..16u+15): its codes. */
+static inline const uint8_t *kunit_codes(int F, const uint8_t *meta, int b, int u) {
+    return meta + (F == TF_K6 ? K6_CODE + 8 * (8 * u + b) : KG_SC + 8 * b);
 }
 
-/* The code that scales element e (0..255), from kcodes' out. */
-static inline int kcode_at(int fmt, const int *c, int e) {
-    return fmt == TF_K6 ? c[(e % 32) / 16 * 8 + e / 32] : c[e / 32];
+static inline int kmin_code(const uint8_t *meta, int t, int b) { return meta[KG_MN + 16 * (b / 2) + 2 * t + b % 2]; }
+
+/* The super-scales D (and Dm = -dmin for K4/K5) of output t, exactly widened from fp16. */
+static inline float kscale(const uint8_t *meta, int t) { return tf_h2f(u16_at(meta + KG_D + 2 * t)); }
+static inline float kmin_scale(const uint8_t *meta, int t) { return -tf_h2f(u16_at(meta + KG_DMIN + 2 * t)); }
+
+/* The integer value (K6: with its -32) of output t's element e (0..255) of a record. */
+static int kq_at(int fmt, const uint8_t *q, int t, int e) {
+    int b = e / 32, m = (e % 32) / 8, at = 8 * t + e % 8;
+    int v = q[KG_NIB + 64 * (4 * (b / 2) + m) + at];
+    v = b % 2 ? v >> 4 : v & 15;
+    if (fmt == TF_K5) v |= ((q[KG_HIGH + 64 * m + at] >> b) & 1) << 4;
+    if (fmt == TF_K6) v = (v | ((q[KG_HIGH + 64 * (4 * (b / 4) + m) + at] >> (2 * (b % 4))) & 3) << 4) - 32;
+    return v;
 }
 
 /* K4/K5: the min term's exact integer, sum over blocks of mn_b * bsum_b (bs as in tf_acts). */
-static inline int32_t kmin_sum(const int *c, const int16_t *bs) {
+static inline int32_t kmin_sum(const uint8_t *meta, int t, const int16_t *bs) {
     int32_t M = 0;
-    for (int b = 0; b < 8; b++) M += c[8 + b] * (bs[b] + bs[8 + b]);
+    for (int b = 0; b < 8; b++) M += kmin_code(meta, t, b) * (bs[b] + bs[8 + b]);
     return M;
 }
 
-/* The super-scales D (and Dm = -dmin for K4/K5), exactly widened from fp16. */
-static inline float kscale(const tf_weight *w, const uint8_t *meta) {
-    return tf_h2f(u16_at(meta + (w->fmt == TF_K6 ? K6_D : K4_D)));
-}
-static inline float kmin_scale(const uint8_t *meta) { return -tf_h2f(u16_at(meta + K4_DMIN)); }
-
-/* The integer value of element e (0..255) of a super-block. */
-static int kq_at(int fmt, const uint8_t *q, int e) {
-    int b = e / 32, i = e % 32;
-    if (fmt == TF_K6) {
-        int h = b / 4, t = b % 4, lo = q[K6_QL + 64 * h + 32 * (t & 1) + i];
-        lo = t < 2 ? lo & 15 : lo >> 4;
-        return (lo | ((q[K6_QH + 32 * h + i] >> (2 * t)) & 3) << 4) - 32;
+/* Outputs [n0, n1) of group g (outputs 8g..8g+7) and row r: where y stores. */
+static inline void store_group(float *y, int64_t g, int n0, int n1, const float *v) {
+    for (int t = 0; t < 8; t++) {
+        int64_t n = 8 * g + t;
+        if (n >= n0 && n < n1) y[n] = v[t];
     }
-    int v = q[(fmt == TF_K5 ? K5_QS : K4_QS) + 32 * (b / 2) + i];
-    v = b % 2 ? v >> 4 : v & 15;
-    if (fmt == TF_K5) v |= ((q[K5_QH + i] >> b) & 1) << 4;
-    return v;
 }
 
 /* ---------------------------------------------------------------- reference */
 
-static float kdot_ref(const tf_weight *w, int64_t n, const tf_acts *a, int64_t r) {
-    int64_t nsb = w->k / 256;
-    const int8_t *xq = a->qk + r * w->k;
-    const float *xs = a->sk + r * nsb;
-    const int16_t *bs = a->bs + r * nsb * 16;
-    float acc = 0.0f;
-    for (int64_t j = 0; j < nsb; j++) {
-        const uint8_t *q = kbits(w, n, j), *meta = kmeta(w, n, j);
-        int c[16];
-        kcodes(w, meta, c);
-        int32_t I = 0;
-        for (int e = 0; e < 256; e++) I += kcode_at(w->fmt, c, e) * kq_at(w->fmt, q, e) * xq[j * 256 + e];
-        acc = fmaf((float)I, xs[j] * kscale(w, meta), acc);
-        if (w->fmt != TF_K6) acc = fmaf((float)kmin_sum(c, bs + j * 16), xs[j] * kmin_scale(meta), acc);
-    }
-    return acc;
-}
-
 static void krows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) {
-    for (int n = n0; n < n1; n++)
-        for (int r = 0; r < a->rows; r++) y[(int64_t)r * ldy + n] = kdot_ref(w, n, a, r);
+    int F = w->fmt;
+    int64_t k = w->k, nsb = k / 256;
+    for (int64_t g = n0 / 8; g * 8 < n1; g++)
+        for (int64_t r = 0; r < a->rows; r++) {
+            float acc[8];
+            for (int t = 0; t < 8; t++) {
+                acc[t] = 0.0f;
+                for (int64_t j = 0; j < nsb; j++) {
+                    const uint8_t *q = kbits(w, g, j), *meta = kmeta(w, g, j);
+                    const int8_t *xq = a->qk + r * k + j * 256;
+                    float xs = a->sk[r * nsb + j];
+                    int32_t I = 0;
+                    for (int e = 0; e < 256; e++)
+                        I += kcode(F, meta, t, e / 32, e % 32 / 16) * kq_at(F, q, t, e) * xq[e];
+                    acc[t] = fmaf((float)I, xs * kscale(meta, t), acc[t]);
+                    if (F != TF_K6)
+                        acc[t] = fmaf((float)kmin_sum(meta, t, a->bs + (r * nsb + j) * 16), xs * kmin_scale(meta, t), acc[t]);
+                }
+            }
+            store_group(y + r * ldy, g, n0, n1, acc);
+        }
 }
 
 /* ---------------------------------------------------------------- x86 */
 #ifdef TF_X86
 
-/* The totals of eight int32x8 vectors, lane i = the total of v[i]. */
-TF_AVX2 TF_INLINE __m256i totals8(const __m256i *v) {
-    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    __m256i c = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(a, c, 0x20), _mm256_permute2x128_si256(a, c, 0x31));
-}
-/* The same for eight int32x4 vectors. */
-TF_AVX2 TF_INLINE __m256i totals8x4(const __m128i *v) {
-    __m256i a = _mm256_hadd_epi32(_mm256_set_m128i(v[4], v[0]), _mm256_set_m128i(v[5], v[1]));
-    __m256i c = _mm256_hadd_epi32(_mm256_set_m128i(v[6], v[2]), _mm256_set_m128i(v[7], v[3]));
-    return _mm256_hadd_epi32(a, c);
-}
-
-/* Block b's 32 unsigned values from a super-block (F and b constants). */
-TF_AVX2 TF_INLINE __m256i kunpack(int F, const uint8_t *q, int b) {
+/* Vector (b, m) of a record: the eight outputs' values of block b, inputs 8m..8m+7
+ * (32 bytes: outputs 4o..4o+3, from byte 32o; F, b, m and o constants). */
+TF_AVX2 TF_INLINE __m256i kunpack(int F, const uint8_t *q, int b, int m, int o) {
     const __m256i m4 = _mm256_set1_epi8(15);
-    if (F == TF_K6) {
-        int half = b / 4, t = b % 4;
-        __m256i l = _mm256_loadu_si256((const __m256i *)(q + K6_QL + 64 * half + 32 * (t & 1)));
-        __m256i x = _mm256_loadu_si256((const __m256i *)(q + K6_QH + 32 * half));
-        l = t < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
-        x = t == 0 ? _mm256_slli_epi16(x, 4) : t == 1 ? _mm256_slli_epi16(x, 2) : t == 2 ? x : _mm256_srli_epi16(x, 2);
-        return _mm256_or_si256(l, _mm256_and_si256(x, _mm256_set1_epi8(0x30)));
-    }
-    __m256i v = _mm256_loadu_si256((const __m256i *)(q + (F == TF_K5 ? K5_QS : K4_QS) + 32 * (b / 2)));
+    __m256i v = _mm256_loadu_si256((const __m256i *)(q + KG_NIB + 64 * (4 * (b / 2) + m) + 32 * o));
     v = b % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
-    if (F == TF_K5) {       /* bit b of each qh byte to bit 4 (16-bit shifts keep it in its byte) */
-        __m256i x = _mm256_loadu_si256((const __m256i *)(q + K5_QH));
+    if (F == TF_K5) {       /* bit b of each high byte to bit 4 (16-bit shifts keep it in its byte) */
+        __m256i x = _mm256_loadu_si256((const __m256i *)(q + KG_HIGH + 64 * m + 32 * o));
         x = b < 4 ? _mm256_slli_epi16(x, 4 - b) : _mm256_srli_epi16(x, b - 4);
         v = _mm256_or_si256(v, _mm256_and_si256(x, _mm256_set1_epi8(0x10)));
+    }
+    if (F == TF_K6) {       /* bits 2c, 2c + 1 to bits 4, 5 */
+        int c = b % 4;
+        __m256i x = _mm256_loadu_si256((const __m256i *)(q + KG_HIGH + 64 * (4 * (b / 4) + m) + 32 * o));
+        x = c == 0 ? _mm256_slli_epi16(x, 4) : c == 1 ? _mm256_slli_epi16(x, 2) : c == 2 ? x : _mm256_srli_epi16(x, 2);
+        v = _mm256_or_si256(v, _mm256_and_si256(x, _mm256_set1_epi8(0x30)));
     }
     return v;
 }
 
-/* A tile of RT rows x NT outputs, one super-block at a time: each block's values
- * unpacked once for the RT rows; u8 x s8 pairs (maddubs: at most 2 * 63 * 127, no
- * saturation) times the block's int16 codes summed exactly in int32 lanes (DPW);
- * Q6_K's -32 offset added as (32 * codes) . (-sums of 16); then the exact totals
- * of the tile's (output, row) pairs, one per fp32 lane, are scaled together, in
- * super-block order. */
-#define TF_KTILE(NAME, ATTR, DPW)                                                                    \
-ATTR TF_INLINE void NAME(const tf_weight *w, int n0, int NT, const tf_acts *a, int r0, int RT,       \
-                         float *out, int ldy, int F) {                                              \
-    int64_t k = w->k, nsb = k / 256;                                                                \
-    int64_t QB = bits_bytes(F), MB = meta_bytes(F);                                                 \
-    const int NG = (NT * RT + 7) / 8;            /* groups of eight (output, row) pairs */           \
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};   /* lane p = t * RT + r */        \
-    {   /* the weights a few tiles ahead: their lines arrive while this tile computes */          \
-        int64_t ahead = n0 + (int64_t)NT * TF_AHEAD;                                                \
-        if (ahead + NT <= w->n) {                                                                   \
-            prefetch_span(w->q + ahead * nsb * QB, NT * nsb * QB);                                  \
-            prefetch_span((const uint8_t *)w->s + ahead * nsb * MB, NT * nsb * MB);                 \
-        }                                                                                           \
-    }                                                                                               \
-    for (int64_t j = 0; j < nsb; j++) {                                                             \
-        __m256i cd[4], isum[4][8];                                                                  \
-        __m128i mn[4];                                                                              \
-        const uint8_t *bp[4], *mp[4];                                                               \
-        TF_UNROLL for (int t = 0; t < NT; t++) {                                                    \
-            bp[t] = w->q + ((n0 + t) * nsb + j) * QB;                                               \
-            mp[t] = (const uint8_t *)w->s + ((n0 + t) * nsb + j) * MB;                              \
-            if (F == TF_K6) {        /* int8 codes per 16 inputs: evens (inputs 0..15), odds */     \
-                __m128i c = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(mp[t] + K6_SC)),     \
-                    _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));          \
-                cd[t] = _mm256_set_m128i(_mm_cvtepi8_epi16(_mm_srli_si128(c, 8)), _mm_cvtepi8_epi16(c)); \
-            } else {                 /* uint8 codes: sc of blocks 0..7, then mn */                  \
-                __m128i c = _mm_loadu_si128((const __m128i *)(mp[t] + K4_SC)), c0 = _mm_cvtepu8_epi16(c); \
-                cd[t] = _mm256_set_m128i(c0, c0);                                                   \
-                mn[t] = _mm_cvtepu8_epi16(_mm_srli_si128(c, 8));                                    \
-            }                                                                                       \
-            _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) isum[t][r] = _mm256_setzero_si256(); \
-        }                                                                                           \
-        const int8_t *xq = a->qk + (int64_t)r0 * k + j * 256;                                       \
-        _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++) {                                       \
-            const __m256i ctrl = _mm256_set1_epi16((short)(0x0100 + 0x0202 * b));                   \
-            TF_UNROLL for (int t = 0; t < NT; t++) {                                                \
-                __m256i wv = kunpack(F, bp[t], b), sc = _mm256_shuffle_epi8(cd[t], ctrl);           \
-                _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {                              \
-                    __m256i x = _mm256_loadu_si256((const __m256i *)(xq + r * k + 32 * b));         \
-                    isum[t][r] = DPW(isum[t][r], _mm256_maddubs_epi16(wv, x), sc);                  \
-                }                                                                                   \
-            }                                                                                       \
-        }                                                                                           \
-        __m256i tot[16];                                                                            \
-        __m128i mtot[16];                                                                           \
-        float xsa[16], da[16], ma[16];                                                              \
-        _Pragma("GCC unroll 16") for (int p = 0; p < 8 * NG; p++) {                                 \
-            tot[p] = _mm256_setzero_si256();                                                        \
-            mtot[p] = _mm_setzero_si128();                                                          \
-            xsa[p] = da[p] = ma[p] = 0.0f;                                                          \
-        }                                                                                           \
-        _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {                                      \
-            int64_t row = r0 + r;                                                                   \
-            __m256i bsv = _mm256_loadu_si256((const __m256i *)(a->bs + (row * nsb + j) * 16));      \
-            __m256i nbs = _mm256_sub_epi16(_mm256_setzero_si256(), bsv);                            \
-            __m128i b32 = _mm_add_epi16(_mm256_castsi256_si128(bsv), _mm256_extracti128_si256(bsv, 1)); \
-            TF_UNROLL for (int t = 0; t < NT; t++) {                                                \
-                int p = t * RT + r;                                                                 \
-                tot[p] = F == TF_K6 ? DPW(isum[t][r], _mm256_slli_epi16(cd[t], 5), nbs) : isum[t][r]; \
-                if (F != TF_K6) mtot[p] = _mm_madd_epi16(mn[t], b32);                               \
-                xsa[p] = a->sk[row * nsb + j];                                                      \
-                da[p] = _cvtsh_ss(u16_at(mp[t] + (F == TF_K6 ? K6_D : K4_D)));                      \
-                if (F != TF_K6) ma[p] = -_cvtsh_ss(u16_at(mp[t] + K4_DMIN));                        \
-            }                                                                                       \
-        }                                                                                           \
-        TF_UNROLL for (int g = 0; g < NG; g++) {                                                    \
-            __m256 xsv = _mm256_loadu_ps(xsa + 8 * g);                                              \
-            acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(totals8(tot + 8 * g)),                      \
-                                     _mm256_mul_ps(xsv, _mm256_loadu_ps(da + 8 * g)), acc[g]);      \
-            if (F != TF_K6)                                                                         \
-                acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(totals8x4(mtot + 8 * g)),               \
-                                         _mm256_mul_ps(xsv, _mm256_loadu_ps(ma + 8 * g)), acc[g]);  \
-        }                                                                                           \
-    }                                                                                               \
-    float res[16];                                                                                  \
-    _mm256_storeu_ps(res, acc[0]);                                                                  \
-    _mm256_storeu_ps(res + 8, acc[1]);                                                              \
-    TF_UNROLL for (int t = 0; t < NT; t++)                                                          \
-        _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)                                        \
-            out[(int64_t)(r0 + r) * ldy + n0 + t] = res[t * RT + r];                                \
+/* The 8 codes at p, each twice (one per input half of its lanes pair), as 16 bytes. */
+TF_AVX2 TF_INLINE __m128i codes_twice(const uint8_t *p) {
+    __m128i c = _mm_loadl_epi64((const __m128i *)p);
+    return _mm_unpacklo_epi8(c, c);
 }
-#define TF_KSHAPE(NAME, ATTR, f, F, NT, RT)                                                          \
-ATTR __attribute__((noinline)) static void NAME##_##f##_##NT##RT(                                   \
-        const tf_weight *w, int n, const tf_acts *a, int r, float *y, int ldy) {                    \
-    NAME(w, n, NT, a, r, RT, y, ldy, F);                                                            \
+
+/* Eight activation bytes of a row, in every lane pair. */
+TF_AVX2 TF_INLINE int64_t x8(const int8_t *p) {
+    int64_t v;
+    memcpy(&v, p, 8);
+    return v;
 }
-/* Shapes: 2 outputs x 8 rows (R8: with 32 vector registers) or x 4 rows; the last rows 2 x 3,
- * 2 x 2 or 4 x 1; one output for a ragged tail. */
-#define TF_KFORMAT(NAME, ATTR, f, F, R8)                                                             \
-TF_KSHAPE(NAME, ATTR, f, F, 2, 8) TF_KSHAPE(NAME, ATTR, f, F, 1, 8)                                  \
-TF_KSHAPE(NAME, ATTR, f, F, 2, 4) TF_KSHAPE(NAME, ATTR, f, F, 1, 4)                                  \
-TF_KSHAPE(NAME, ATTR, f, F, 2, 3) TF_KSHAPE(NAME, ATTR, f, F, 1, 3)                                  \
-TF_KSHAPE(NAME, ATTR, f, F, 2, 2) TF_KSHAPE(NAME, ATTR, f, F, 1, 2)                                  \
-TF_KSHAPE(NAME, ATTR, f, F, 4, 1) TF_KSHAPE(NAME, ATTR, f, F, 1, 1)                                  \
+
+/* The fp32 steps of the K dot for one row of a group: I (lane t: output t's exact
+ * total, before K6's -32 term), the code pairs for K6's -32 term or K4/K5's min term,
+ * into acc. */
+TF_AVX2 TF_INLINE __m256 kfinish(int F, __m256i I, const __m256i *pairs, const int16_t *bs, float xs,
+                                 __m256 dv, __m256 dm, __m256 acc) {
+    __m256i M = _mm256_setzero_si256();
+    /* dword i of bs: sums of 16 inputs 2i, 2i + 1 ([h * 8 + b]); K4/K5 pair i % 4 of the
+     * mins is blocks (2i, 2i + 1) % 8 */
+    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+        int32_t d;
+        memcpy(&d, bs + 2 * i, 4);
+        M = _mm256_add_epi32(M, _mm256_madd_epi16(pairs[F == TF_K6 ? i : i % 4], _mm256_set1_epi32(d)));
+    }
+    __m256 x = _mm256_set1_ps(xs);
+    if (F == TF_K6) I = _mm256_sub_epi32(I, _mm256_slli_epi32(M, 5));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(x, dv), acc);
+    if (F != TF_K6) acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(x, dm), acc);
+    return acc;
+}
+
+/* A record's super-scales and the int16 code pairs kfinish takes. */
+TF_AVX2 TF_INLINE void kscales8(int F, const uint8_t *meta, __m256 *dv, __m256 *dm, __m256i *pairs) {
+    *dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + KG_D)));
+    *dm = _mm256_setzero_ps();
+    if (F == TF_K6) {
+        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+            const uint8_t *cp = meta + K6_CODE + 16 * i;
+            pairs[i] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)cp),
+                                                              _mm_loadl_epi64((const __m128i *)(cp + 8))));
+        }
+    } else {
+        *dm = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + KG_DMIN))));
+        _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)
+            pairs[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(meta + KG_MN + 16 * p)));
+    }
+}
+
+/* Where tiles store: whole groups as one vector, a group cut by [n0, n1) lane by lane. */
+TF_AVX2 TF_INLINE void kstore(float *yr, int64_t g, int n0, int n1, __m256 v) {
+    if (g * 8 >= n0 && g * 8 + 8 <= n1) _mm256_storeu_ps(yr + g * 8, v);
+    else {
+        float t[8];
+        _mm256_storeu_ps(t, v);
+        store_group(yr, g, n0, n1, t);
+    }
+}
+
+/* A tile of RT rows x one group, one super-block at a time.  AVX2: each 32-byte half
+ * (4 outputs x 8 inputs) times the row's eight bytes broadcast (maddubs, at most
+ * 2 * 63 * 127), madd with the codes as int16 pairs, summed exactly in int32 lane
+ * pairs; the pairs added at the end of the super-block. */
+TF_AVX2 TF_INLINE void ktile_avx2(const tf_weight *w, int64_t g, const tf_acts *a, int r0, int RT,
+                                  float *y, int ldy, int n0, int n1, int F) {
+    int64_t k = w->k, nsb = k / 256, QB = bits_bytes(F), MB = meta_bytes(F);
+    __m256 acc[8];
+    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nsb; j++) {
+        const uint8_t *q = w->q + (g * nsb + j) * QB, *meta = (const uint8_t *)w->s + (g * nsb + j) * MB;
+        if (RT == 1 && (g + TF_AHEAD + 1) * 8 <= w->n) {
+            prefetch_span(q + TF_AHEAD * nsb * QB, QB);
+            prefetch_span(meta + TF_AHEAD * nsb * MB, MB);
+        }
+        const int8_t *xq = a->qk + (int64_t)r0 * k + j * 256;
+        __m256i tot[2][8];
+        _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) tot[0][r] = tot[1][r] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++)
+            _Pragma("GCC unroll 2") for (int u = 0; u < 2; u++) {
+                __m128i c = codes_twice(kunit_codes(F, meta, b, u));
+                _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
+                    __m256i c16 = F == TF_K6 ? _mm256_cvtepi8_epi32(o ? _mm_srli_si128(c, 8) : c)
+                                             : _mm256_cvtepu8_epi32(o ? _mm_srli_si128(c, 8) : c);
+                    c16 = _mm256_blend_epi16(c16, _mm256_slli_epi32(c16, 16), 0xAA);
+                    _Pragma("GCC unroll 2") for (int m = 2 * u; m < 2 * u + 2; m++) {
+                        __m256i wv = kunpack(F, q, b, m, o);
+                        _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) {
+                            __m256i x = _mm256_set1_epi64x(x8(xq + r * k + 32 * b + 8 * m));
+                            tot[o][r] = _mm256_add_epi32(tot[o][r],
+                                                         _mm256_madd_epi16(_mm256_maddubs_epi16(wv, x), c16));
+                        }
+                    }
+                }
+            }
+        __m256 dv, dm;
+        __m256i pairs[8];
+        kscales8(F, meta, &dv, &dm, pairs);
+        _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) {
+            int64_t row = r0 + r;
+            __m256i I = _mm256_permute4x64_epi64(_mm256_hadd_epi32(tot[0][r], tot[1][r]), 0xD8);
+            acc[r] = kfinish(F, I, pairs, a->bs + (row * nsb + j) * 16, a->sk[row * nsb + j], dv, dm, acc[r]);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) kstore(y + (int64_t)(r0 + r) * ldy, g, n0, n1, acc[r]);
+}
+
+/* AVX-512 VNNI: a record's 64-byte vectors whole; dpbusd sums per code unit, one
+ * multiply by the codes per unit, the lane pairs added at the end of the super-block. */
+TF_VNNI TF_INLINE __m512i kunpack512(int F, const uint8_t *q, int b, int m) {
+    const __m512i m4 = _mm512_set1_epi8(15);
+    __m512i v = _mm512_loadu_si512((const void *)(q + KG_NIB + 64 * (4 * (b / 2) + m)));
+    v = b % 2 ? _mm512_and_si512(_mm512_srli_epi16(v, 4), m4) : _mm512_and_si512(v, m4);
+    if (F == TF_K5) {
+        __m512i x = _mm512_loadu_si512((const void *)(q + KG_HIGH + 64 * m));
+        x = b < 4 ? _mm512_slli_epi16(x, 4 - b) : _mm512_srli_epi16(x, b - 4);
+        v = _mm512_or_si512(v, _mm512_and_si512(x, _mm512_set1_epi8(0x10)));
+    }
+    if (F == TF_K6) {
+        int c = b % 4;
+        __m512i x = _mm512_loadu_si512((const void *)(q + KG_HIGH + 64 * (4 * (b / 4) + m)));
+        x = c == 0 ? _mm512_slli_epi16(x, 4) : c == 1 ? _mm512_slli_epi16(x, 2) : c == 2 ? x : _mm512_srli_epi16(x, 2);
+        v = _mm512_or_si512(v, _mm512_and_si512(x, _mm512_set1_epi8(0x30)));
+    }
+    return v;
+}
+
+TF_VNNI TF_INLINE void ktile_vnni(const tf_weight *w, int64_t g, const tf_acts *a, int r0, int RT,
+                                  float *y, int ldy, int n0, int n1, int F) {
+    int64_t k = w->k, nsb = k / 256, QB = bits_bytes(F), MB = meta_bytes(F);
+    __m256 acc[8];
+    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nsb; j++) {
+        const uint8_t *q = w->q + (g * nsb + j) * QB, *meta = (const uint8_t *)w->s + (g * nsb + j) * MB;
+        if (RT == 1 && (g + TF_AHEAD + 1) * 8 <= w->n) {
+            prefetch_span(q + TF_AHEAD * nsb * QB, QB);
+            prefetch_span(meta + TF_AHEAD * nsb * MB, MB);
+        }
+        const int8_t *xq = a->qk + (int64_t)r0 * k + j * 256;
+        __m512i tot[8], s[8];
+        _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) tot[r] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++)
+            _Pragma("GCC unroll 2") for (int u = 0; u < 2; u++) {
+                if (u == 0 || F == TF_K6)
+                    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) s[r] = _mm512_setzero_si512();
+                _Pragma("GCC unroll 2") for (int m = 2 * u; m < 2 * u + 2; m++) {
+                    __m512i wv = kunpack512(F, q, b, m);
+                    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
+                        s[r] = _mm512_dpbusd_epi32(s[r], wv, _mm512_set1_epi64(x8(xq + r * k + 32 * b + 8 * m)));
+                }
+                if (u == 1 || F == TF_K6) {
+                    __m128i c = codes_twice(kunit_codes(F, meta, b, u));
+                    __m512i c32 = F == TF_K6 ? _mm512_cvtepi8_epi32(c) : _mm512_cvtepu8_epi32(c);
+                    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
+                        tot[r] = _mm512_add_epi32(tot[r], _mm512_mullo_epi32(s[r], c32));
+                }
+            }
+        __m256 dv, dm;
+        __m256i pairs[8];
+        kscales8(F, meta, &dv, &dm, pairs);
+        _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {
+            int64_t row = r0 + r;
+            /* lane pair (2t, 2t + 1) -> lane t: the low half of each 64-bit lane's sum */
+            __m256i I = _mm512_cvtepi64_epi32(_mm512_add_epi64(tot[r], _mm512_srli_epi64(tot[r], 32)));
+            acc[r] = kfinish(F, I, pairs, a->bs + (row * nsb + j) * 16, a->sk[row * nsb + j], dv, dm, acc[r]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) kstore(y + (int64_t)(r0 + r) * ldy, g, n0, n1, acc[r]);
+}
+
+#define TF_KSHAPE(NAME, ATTR, f, F, RT)                                                              \
+ATTR __attribute__((noinline)) static void NAME##_##f##_##RT(                                       \
+        const tf_weight *w, int64_t g, const tf_acts *a, int r, float *y, int ldy, int n0, int n1) { \
+    NAME(w, g, a, r, RT, y, ldy, n0, n1, F);                                                        \
+}
+/* Shapes: a group by RMAX rows, and by each smaller count for the last rows.  Rows
+ * go in chunks whose activations stay in cache while every group passes over them. */
+#define TF_KFORMAT(NAME, ATTR, f, F, RMAX)                                                           \
+TF_KSHAPE(NAME, ATTR, f, F, 1) TF_KSHAPE(NAME, ATTR, f, F, 2) TF_KSHAPE(NAME, ATTR, f, F, 3)         \
+TF_KSHAPE(NAME, ATTR, f, F, 4) TF_KSHAPE(NAME, ATTR, f, F, 5) TF_KSHAPE(NAME, ATTR, f, F, 6)         \
+TF_KSHAPE(NAME, ATTR, f, F, 7) TF_KSHAPE(NAME, ATTR, f, F, 8)                                       \
 ATTR static void NAME##_##f(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
-    int rows = a->rows, r = 0, n;                                                                   \
-    for (; R8 && r + 8 <= rows; r += 8) {                                                           \
-        for (n = n0; n + 2 <= n1; n += 2) NAME##_##f##_28(w, n, a, r, y, ldy);                      \
-        for (; n < n1; n++) NAME##_##f##_18(w, n, a, r, y, ldy);                                    \
-    }                                                                                               \
-    for (; r + 4 <= rows; r += 4) {                                                                 \
-        for (n = n0; n + 2 <= n1; n += 2) NAME##_##f##_24(w, n, a, r, y, ldy);                      \
-        for (; n < n1; n++) NAME##_##f##_14(w, n, a, r, y, ldy);                                    \
-    }                                                                                               \
-    switch (rows - r) {                                                                             \
-    case 3:                                                                                         \
-        for (n = n0; n + 2 <= n1; n += 2) NAME##_##f##_23(w, n, a, r, y, ldy);                      \
-        for (; n < n1; n++) NAME##_##f##_13(w, n, a, r, y, ldy);                                    \
-        break;                                                                                      \
-    case 2:                                                                                         \
-        for (n = n0; n + 2 <= n1; n += 2) NAME##_##f##_22(w, n, a, r, y, ldy);                      \
-        for (; n < n1; n++) NAME##_##f##_12(w, n, a, r, y, ldy);                                    \
-        break;                                                                                      \
-    case 1:                                                                                         \
-        for (n = n0; n + 4 <= n1; n += 4) NAME##_##f##_41(w, n, a, r, y, ldy);                      \
-        for (; n < n1; n++) NAME##_##f##_11(w, n, a, r, y, ldy);                                    \
-        break;                                                                                      \
+    typedef void (*shape)(const tf_weight *, int64_t, const tf_acts *, int, float *, int, int, int); \
+    static const shape shapes[9] = {0, NAME##_##f##_1, NAME##_##f##_2, NAME##_##f##_3, NAME##_##f##_4, \
+                                    NAME##_##f##_5, NAME##_##f##_6, NAME##_##f##_7, NAME##_##f##_8}; \
+    int rows = a->rows, chunk = (int)(393216 / w->k) / RMAX * RMAX;                                 \
+    if (chunk < RMAX) chunk = RMAX;                                                                 \
+    for (int c = 0; c < rows; c += chunk) {                                                         \
+        int end = c + chunk < rows ? c + chunk : rows;                                              \
+        for (int64_t g = n0 / 8; g * 8 < n1; g++)                                                   \
+            for (int r = c; r < end; r += RMAX) {                                                   \
+                int RT = end - r < RMAX ? end - r : RMAX;                                           \
+                shapes[RT](w, g, a, r, y, ldy, n0, n1);                                             \
+            }                                                                                       \
     }                                                                                               \
 }
-#define TF_KKERNELS(NAME, ATTR, R8)                                                                  \
-TF_KFORMAT(NAME, ATTR, k4, TF_K4, R8)                                                                \
-TF_KFORMAT(NAME, ATTR, k5, TF_K5, R8)                                                                \
-TF_KFORMAT(NAME, ATTR, k6, TF_K6, R8)                                                                \
+#define TF_KKERNELS(NAME, ATTR, RMAX)                                                                \
+TF_KFORMAT(NAME, ATTR, k4, TF_K4, RMAX)                                                              \
+TF_KFORMAT(NAME, ATTR, k5, TF_K5, RMAX)                                                              \
+TF_KFORMAT(NAME, ATTR, k6, TF_K6, RMAX)                                                              \
 ATTR static void NAME##_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
     if (w->fmt == TF_K4) NAME##_k4(w, n0, n1, a, y, ldy);                                           \
     else if (w->fmt == TF_K5) NAME##_k5(w, n0, n1, a, y, ldy);                                      \
     else NAME##_k6(w, n0, n1, a, y, ldy);                                                           \
 }
-
-TF_AVX2 TF_INLINE __m256i dpw_avx2(__m256i acc, __m256i p, __m256i s) {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, s));
-}
-TF_VNNI TF_INLINE __m256i dpw_vnni(__m256i acc, __m256i p, __m256i s) {
-    return _mm256_dpwssd_epi32(acc, p, s);
-}
-TF_KTILE(ktile_avx2, TF_AVX2, dpw_avx2)
-TF_KTILE(ktile_vnni, TF_VNNI, dpw_vnni)
-TF_KKERNELS(ktile_avx2, TF_AVX2, 0)
-TF_KKERNELS(ktile_vnni, TF_VNNI, 1)
+TF_KKERNELS(ktile_avx2, TF_AVX2, 4)
+TF_KKERNELS(ktile_vnni, TF_VNNI, 8)
 #endif
 
 /* ---------------------------------------------------------------- NEON */
 #ifdef TF_NEON
-/* 16 values of block b from byte offset o (0 or 16) of the block's 32, as signed int8 */
-static inline int8x16_t kunpack_neon(int F, const uint8_t *q, int b, int o) {
-    uint8x16_t m4 = vdupq_n_u8(15);
-    if (F == TF_K6) {
-        int half = b / 4, t = b % 4;
-        uint8x16_t l = vld1q_u8(q + K6_QL + 64 * half + 32 * (t & 1) + o);
-        uint8x16_t x = vld1q_u8(q + K6_QH + 32 * half + o);
-        l = t < 2 ? vandq_u8(l, m4) : vshrq_n_u8(l, 4);
-        x = vandq_u8(vshlq_u8(x, vdupq_n_s8((int8_t)(-2 * t))), vdupq_n_u8(3));
-        return vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(l, vshlq_n_u8(x, 4))), vdupq_n_s8(32));
-    }
-    uint8x16_t v = vld1q_u8(q + (F == TF_K5 ? K5_QS : K4_QS) + 32 * (b / 2) + o);
-    v = b % 2 ? vshrq_n_u8(v, 4) : vandq_u8(v, m4);
+/* Outputs 2o, 2o + 1's values of block b, inputs 8m..8m+7 (0..63, so valid as int8). */
+static inline int8x16_t kunpack_neon(int F, const uint8_t *q, int b, int m, int o) {
+    uint8x16_t v = vld1q_u8(q + KG_NIB + 64 * (4 * (b / 2) + m) + 16 * o);
+    v = b % 2 ? vshrq_n_u8(v, 4) : vandq_u8(v, vdupq_n_u8(15));
     if (F == TF_K5) {
-        uint8x16_t x = vandq_u8(vshlq_u8(vld1q_u8(q + K5_QH + o), vdupq_n_s8((int8_t)-b)), vdupq_n_u8(1));
+        uint8x16_t x = vandq_u8(vshlq_u8(vld1q_u8(q + KG_HIGH + 64 * m + 16 * o), vdupq_n_s8((int8_t)-b)), vdupq_n_u8(1));
+        v = vorrq_u8(v, vshlq_n_u8(x, 4));
+    }
+    if (F == TF_K6) {
+        uint8x16_t x = vld1q_u8(q + KG_HIGH + 64 * (4 * (b / 4) + m) + 16 * o);
+        x = vandq_u8(vshlq_u8(x, vdupq_n_s8((int8_t)(-2 * (b % 4)))), vdupq_n_u8(3));
         v = vorrq_u8(v, vshlq_n_u8(x, 4));
     }
     return vreinterpretq_s8_u8(v);
@@ -309,27 +359,44 @@ static inline int8x16_t kunpack_neon(int F, const uint8_t *q, int b, int o) {
 static void krows_neon(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) {
     int F = w->fmt;
     int64_t k = w->k, nsb = k / 256;
-    for (int64_t n = n0; n < n1; n++)
+    for (int64_t g = n0 / 8; g * 8 < n1; g++)
         for (int64_t r = 0; r < a->rows; r++) {
-            float acc = 0.0f;
+            float acc[8] = {0};
             for (int64_t j = 0; j < nsb; j++) {
-                const uint8_t *q = kbits(w, n, j), *meta = kmeta(w, n, j);
+                const uint8_t *q = kbits(w, g, j), *meta = kmeta(w, g, j);
                 const int8_t *xq = a->qk + r * k + j * 256;
-                int c[16];
-                kcodes(w, meta, c);
-                int32x4_t is = vdupq_n_s32(0);
-                for (int b = 0; b < 8; b++) {
-                    int32x4_t lo = dot4(kunpack_neon(F, q, b, 0), vld1q_s8(xq + 32 * b));
-                    int32x4_t hi = dot4(kunpack_neon(F, q, b, 16), vld1q_s8(xq + 32 * b + 16));
-                    is = vmlaq_n_s32(is, lo, c[b]);
-                    is = vmlaq_n_s32(is, hi, F == TF_K6 ? c[8 + b] : c[b]);
-                }
+                const int16_t *bs = a->bs + (r * nsb + j) * 16;
                 float xs = a->sk[r * nsb + j];
-                acc = fmaf((float)vaddvq_s32(is), xs * kscale(w, meta), acc);
-                if (F != TF_K6)
-                    acc = fmaf((float)kmin_sum(c, a->bs + (r * nsb + j) * 16), xs * kmin_scale(meta), acc);
+                int32_t I[8];
+                for (int o = 0; o < 4; o++) {               /* outputs 2o, 2o + 1: lanes (t, half) */
+                    int32x4_t tot = vdupq_n_s32(0);
+                    for (int b = 0; b < 8; b++)
+                        for (int u = 0; u < 2; u++) {
+                            int32x4_t s = vdupq_n_s32(0);
+                            for (int m = 2 * u; m < 2 * u + 2; m++) {
+                                int64_t x;
+                                memcpy(&x, xq + 32 * b + 8 * m, 8);
+                                s = vaddq_s32(s, dot4(kunpack_neon(F, q, b, m, o), vreinterpretq_s8_s64(vdupq_n_s64(x))));
+                            }
+                            const uint8_t *cp = kunit_codes(F, meta, b, u) + 2 * o;
+                            int c0 = F == TF_K6 ? (int8_t)cp[0] : cp[0], c1 = F == TF_K6 ? (int8_t)cp[1] : cp[1];
+                            int32_t c[4] = {c0, c0, c1, c1};
+                            tot = vmlaq_s32(tot, s, vld1q_s32(c));
+                        }
+                    I[2 * o] = vgetq_lane_s32(tot, 0) + vgetq_lane_s32(tot, 1);
+                    I[2 * o + 1] = vgetq_lane_s32(tot, 2) + vgetq_lane_s32(tot, 3);
+                }
+                for (int t = 0; t < 8; t++) {
+                    if (F == TF_K6) {
+                        int32_t off = 0;
+                        for (int i = 0; i < 16; i++) off += kcode(F, meta, t, i % 8, i / 8) * bs[i];
+                        I[t] -= 32 * off;
+                    }
+                    acc[t] = fmaf((float)I[t], xs * kscale(meta, t), acc[t]);
+                    if (F != TF_K6) acc[t] = fmaf((float)kmin_sum(meta, t, bs), xs * kmin_scale(meta, t), acc[t]);
+                }
             }
-            y[r * ldy + n] = acc;
+            store_group(y + r * ldy, g, n0, n1, acc);
         }
 }
 #endif
@@ -349,17 +416,88 @@ void tf_kdot_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y
     }
 }
 
-/* One row as fp32: q * (D * code) (+ Dm * mcode), as quant.dequantize computes it. */
+/* One output row as fp32: q * (D * code) (+ Dm * mcode), as quant.dequantize computes it. */
 void tf_kdequant_row(const tf_weight *w, int n, float *out) {
+    int F = w->fmt, t = n % 8;
     for (int64_t j = 0; j < w->k / 256; j++) {
-        const uint8_t *q = kbits(w, n, j), *meta = kmeta(w, n, j);
-        int c[16];
-        kcodes(w, meta, c);
-        float D = kscale(w, meta), Dm = w->fmt == TF_K6 ? 0.0f : kmin_scale(meta);
+        const uint8_t *q = kbits(w, n / 8, j), *meta = kmeta(w, n / 8, j);
+        float D = kscale(meta, t), Dm = F == TF_K6 ? 0.0f : kmin_scale(meta, t);
         for (int e = 0; e < 256; e++) {
-            float v = (float)kq_at(w->fmt, q, e) * (D * (float)kcode_at(w->fmt, c, e));
-            if (w->fmt != TF_K6) v = v + Dm * (float)c[8 + e / 32];
+            float v = (float)kq_at(F, q, t, e) * (D * (float)kcode(F, meta, t, e / 32, e % 32 / 16));
+            if (F != TF_K6) v = v + Dm * (float)kmin_code(meta, t, e / 32);
             out[j * 256 + e] = v;
         }
     }
+}
+
+/* ---------------------------------------------------------------- repacking */
+
+/* Block b's scale and min codes from Q4_K/Q5_K's 12 bytes of 6-bit codes. */
+static void file_codes(const uint8_t *s, int b, int *sc, int *mn) {
+    if (b < 4) {
+        *sc = s[b] & 63;
+        *mn = s[b + 4] & 63;
+    } else {
+        *sc = (s[b + 4] & 15) | ((s[b - 4] >> 6) << 4);
+        *mn = (s[b + 4] >> 4) | ((s[b] >> 6) << 4);
+    }
+}
+
+/* The grouped records of n outputs from GGUF's Q4_K (144-byte), Q5_K (176) or Q6_K
+ * (210) super-blocks, raw [n][k/256]; q and s zeroed, ceil(n/8) groups long (the
+ * outputs past n stay zero). */
+void tf_kpack(int fmt, const uint8_t *raw, int n, int k, uint8_t *q, uint8_t *s) {
+    int64_t nsb = k / 256, QB = bits_bytes(fmt), MB = meta_bytes(fmt);
+    int TS = fmt == TF_K4 ? 144 : fmt == TF_K5 ? 176 : 210;
+    for (int64_t row = 0; row < n; row++)
+        for (int64_t j = 0; j < nsb; j++) {
+            const uint8_t *blk = raw + (row * nsb + j) * TS;
+            int64_t g = row / 8, t = row % 8;
+            uint8_t *qo = q + (g * nsb + j) * QB, *so = s + (g * nsb + j) * MB;
+            uint8_t v[8][32];            /* the super-block's values, unsigned */
+            for (int b = 0; b < 8; b++)
+                for (int e = 0; e < 32; e++) {
+                    if (fmt == TF_K6) {
+                        int h = b / 4, c = b % 4;
+                        v[b][e] = (uint8_t)(((blk[64 * h + 32 * (c & 1) + e] >> (4 * (c / 2))) & 15)
+                                            | ((blk[128 + 32 * h + e] >> (2 * c)) & 3) << 4);
+                    } else {
+                        const uint8_t *qs = blk + (fmt == TF_K5 ? 48 : 16);
+                        v[b][e] = (uint8_t)((qs[32 * (b / 2) + e] >> (4 * (b % 2))) & 15);
+                        if (fmt == TF_K5) v[b][e] |= (uint8_t)(((blk[16 + e] >> b) & 1) << 4);
+                    }
+                }
+            for (int e = 0; e < 32; e++) {
+                int at = 64 * (e / 8) + 8 * (int)t + e % 8;
+                for (int p = 0; p < 4; p++)
+                    qo[KG_NIB + 256 * p + at] = (uint8_t)((v[2 * p][e] & 15) | (v[2 * p + 1][e] & 15) << 4);
+                if (fmt == TF_K5) {
+                    int hb = 0;
+                    for (int b = 0; b < 8; b++) hb |= (v[b][e] >> 4) << b;
+                    qo[KG_HIGH + at] = (uint8_t)hb;
+                }
+                if (fmt == TF_K6)
+                    for (int h = 0; h < 2; h++) {
+                        int hb = 0;
+                        for (int c = 0; c < 4; c++) hb |= (v[4 * h + c][e] >> 4) << (2 * c);
+                        qo[KG_HIGH + 256 * h + at] = (uint8_t)hb;
+                    }
+            }
+            for (int b = 0; b < 8; b++) {
+                if (fmt == TF_K6) {
+                    so[K6_CODE + 8 * b + t] = blk[192 + 2 * b];
+                    so[K6_CODE + 8 * (8 + b) + t] = blk[192 + 2 * b + 1];
+                } else {
+                    int sc, mn;
+                    file_codes(blk + 4, b, &sc, &mn);
+                    so[KG_SC + 8 * b + t] = (uint8_t)sc;
+                    so[KG_MN + 16 * (b / 2) + 2 * t + b % 2] = (uint8_t)mn;
+                }
+            }
+            if (fmt == TF_K6) memcpy(so + KG_D + 2 * t, blk + 208, 2);
+            else {
+                memcpy(so + KG_D + 2 * t, blk, 2);
+                memcpy(so + KG_DMIN + 2 * t, blk + 2, 2);
+            }
+        }
 }

@@ -41,16 +41,16 @@ enum { TF_HAS_MIN = 2, TF_HIGH = 4, TF_HALF = 8 };
  * one fp32 multiply then one fp32 add.
  *
  * K4, K5, K6 (k a multiple of 256, nsb = k/256 super-blocks): GGUF's Q4_K, Q5_K,
- * Q6_K super-blocks split in two arrays, nsb entries per output: the value bits in
- * the file's order (q: K4 128 bytes, K5 160, K6 192) and the scales (s: K4/K5 20
- * bytes, K6 18).  K4/K5 scales: fp16 d and dmin, then the 6-bit codes a byte each,
- * sc of blocks 0..7 then mn (the file packs them in 12 bytes); bits: [K5: 32 bytes
- * of fifth bits, bit b of byte e = bit 4 of element e of block b], 128 bytes of
- * nibbles (bytes 32i..32i+31: block 2i low, 2i+1 high); value = q * (d * sc) +
- * (-dmin * mn).  K6 bits: 128 bytes ql, 64 bytes qh; scales: 16 int8 codes (one per
- * 16 inputs), fp16 d; half h (blocks 4h..4h+3) reads ql[64h..64h+63] and
- * qh[32h..32h+31]: block 4h+t takes the low (t < 2) or high nibbles of
- * ql[64h + 32(t & 1) + e] and bits 2t, 2t+1 of qh[32h + e] as bits 4, 5;
+ * Q6_K in groups of eight outputs (G = ceil(n/8) groups; outputs past n are zero).
+ * Group g's super-block j is one record in q (K4 1024 bytes, K5 1280, K6 1536) and
+ * one in s (K4/K5 160, K6 144), at (g * nsb + j) * size.  Output t's element e of
+ * block b (e = 8m + i) sits in byte 8t + i of 64-byte vectors:
+ *   nibbles   vector 4(b/2) + m, the low nibble for even b, the high for odd b;
+ *   K5 bit 4  vector 16 + m, bit b;
+ *   K6 bits 4, 5  vector 16 + 4(b/4) + m, bits 2(b%4), 2(b%4) + 1.
+ * K4/K5 scales: fp16 d of outputs 0..7, fp16 dmin, sc codes [b][t], mn codes
+ * [b/2][t][b%2] (a byte each); value = q * (d * sc) + (-dmin * mn).  K6 scales: fp16
+ * d of outputs 0..7, int8 codes [h][b][t] (h: inputs 16h..16h+15 of the block);
  * value = (q - 32) * (d * code). */
 typedef struct {
     int32_t fmt;          /* TF_Q4A, TF_Q8, TF_BF16, TF_K4, TF_K5, TF_K6 */
@@ -58,7 +58,7 @@ typedef struct {
     int32_t n;            /* outputs */
     int32_t k;            /* inputs (a multiple of 32; of 256 for K formats) */
     const uint8_t *q;     /* Q4A: n*nb blocks of 16 bytes, byte i = element i (low nibble), i + 16 (high);
-                             Q8: n*k int8; BF16: n*k uint16; K: value bits, as above */
+                             Q8: n*k int8; BF16: n*k uint16; K: the records' value bits, as above */
     const void *s;        /* [n][S][nb]: fp32 or fp16 (TF_HALF), K: scales as above; fp16 planes need 16
                              readable bytes past their end (a last partial group of eight is loaded
                              whole, then masked) */
