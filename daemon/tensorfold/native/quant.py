@@ -207,10 +207,20 @@ def _k_values(p: Packed) -> np.ndarray:
     elif p.fmt == FMT_K6:
         h = high.reshape(G, nsb, 2, 1, 4, 8, 8) >> (2 * np.arange(4, dtype=np.uint8))[:, None, None, None]
         v |= ((h & 3) << np.uint8(4)).reshape(G, nsb, 8, 4, 8, 8)
-    return _ungroup(v.transpose(0, 4, 1, 2, 3, 5), p.n).reshape(p.n, nsb, 8, 32)
+    v = v.reshape(G, nsb, 8, 4, 8, 2, 4)                                   # [G, j, b, m, t, h, i]
+    return _ungroup(v.transpose(0, 4, 1, 2, 5, 3, 6), p.n).reshape(p.n, nsb, 8, 32)   # element 16h + 4m + i
 
 
 K_RECORD = {FMT_K4: (1024, 160), FMT_K5: (1280, 160), FMT_K6: (1536, 144)}  # bytes per group and super-block
+
+
+def _zeros64(shape: tuple[int, int]) -> np.ndarray:
+    """Zeroed uint8 [shape] starting on a 64-byte boundary: the kernels load whole 64-byte
+    vectors, and one that straddles two cache lines costs two loads."""
+    size = shape[0] * shape[1]
+    buf = np.zeros(size + 64, np.uint8)
+    start = -buf.ctypes.data % 64
+    return buf[start:start + size].reshape(shape)
 
 
 def _k_group(fmt: int, blk: np.ndarray, n: int, k: int) -> Packed:
@@ -219,7 +229,7 @@ def _k_group(fmt: int, blk: np.ndarray, n: int, k: int) -> Packed:
 
     nsb, (qb, mb) = k // 256, K_RECORD[fmt]
     groups = -(-n // 8)
-    q, s = np.zeros((groups, nsb * qb), np.uint8), np.zeros((groups, nsb * mb), np.uint8)
+    q, s = _zeros64((groups, nsb * qb)), _zeros64((groups, nsb * mb))
     lib.load().tf_kpack(fmt, np.ascontiguousarray(blk).ctypes.data, n, k, q.ctypes.data, s.ctypes.data)
     return Packed(fmt, 0, n, k, q, s)
 

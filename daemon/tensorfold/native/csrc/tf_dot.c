@@ -55,7 +55,10 @@ void tf_quantize_row_k(const float *x, int k, int8_t *q, float *s, int16_t *bs) 
         for (int h = 0; h < 2; h++)
             for (int b = 0; b < 8; b++) {
                 int o = j * 256 + b * 32 + h * 16;
-                bs[j * 16 + h * 8 + b] = (int16_t)act_quant(x + o, 16, id, q + o);
+                int8_t t[16];
+                bs[j * 16 + h * 8 + b] = (int16_t)act_quant(x + o, 16, id, t);
+                for (int m = 0; m < 4; m++)         /* element 16h + 4m + i at 8m + 4h + i */
+                    memcpy(q + j * 256 + b * 32 + 8 * m + 4 * h, t + 4 * m, 4);
             }
     }
 }

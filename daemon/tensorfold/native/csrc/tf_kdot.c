@@ -44,20 +44,20 @@ static inline uint16_t u16_at(const uint8_t *p) {
 static inline int kcode(int fmt, const uint8_t *meta, int t, int b, int h) {
     return fmt == TF_K6 ? (int8_t)meta[K6_CODE + 8 * (8 * h + b) + t] : meta[KG_SC + 8 * b + t];
 }
-/* Code unit u of block b (K4/K5: the block; K6: its inputs 16u..16u+15): its codes. */
-static inline const uint8_t *kunit_codes(int F, const uint8_t *meta, int b, int u) {
-    return meta + (F == TF_K6 ? K6_CODE + 8 * (8 * u + b) : KG_SC + 8 * b);
-}
-
 static inline int kmin_code(const uint8_t *meta, int t, int b) { return meta[KG_MN + 16 * (b / 2) + 2 * t + b % 2]; }
 
 /* The super-scales D (and Dm = -dmin for K4/K5) of output t, exactly widened from fp16. */
 static inline float kscale(const uint8_t *meta, int t) { return tf_h2f(u16_at(meta + KG_D + 2 * t)); }
 static inline float kmin_scale(const uint8_t *meta, int t) { return -tf_h2f(u16_at(meta + KG_DMIN + 2 * t)); }
 
+/* Where element e (0..255) of a super-block sits, for activations (qk) and each
+ * output's values alike: within each block of 32, position 8m + 4h + i holds
+ * element 16h + 4m + i, so the 8 bytes at 8m pair inputs of both 16-input halves. */
+static inline int kpos(int e) { return e / 32 * 32 + (e % 16) / 4 * 8 + (e % 32) / 16 * 4 + e % 4; }
+
 /* The integer value (K6: with its -32) of output t's element e (0..255) of a record. */
 static int kq_at(int fmt, const uint8_t *q, int t, int e) {
-    int b = e / 32, m = (e % 32) / 8, at = 8 * t + e % 8;
+    int p = kpos(e), b = e / 32, m = (p % 32) / 8, at = 8 * t + p % 8;
     int v = q[KG_NIB + 64 * (4 * (b / 2) + m) + at];
     v = b % 2 ? v >> 4 : v & 15;
     if (fmt == TF_K5) v |= ((q[KG_HIGH + 64 * m + at] >> b) & 1) << 4;
@@ -96,7 +96,7 @@ static void krows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, floa
                     float xs = a->sk[r * nsb + j];
                     int32_t I = 0;
                     for (int e = 0; e < 256; e++)
-                        I += kcode(F, meta, t, e / 32, e % 32 / 16) * kq_at(F, q, t, e) * xq[e];
+                        I += kcode(F, meta, t, e / 32, e % 32 / 16) * kq_at(F, q, t, e) * xq[kpos(e)];
                     acc[t] = fmaf((float)I, xs * kscale(meta, t), acc[t]);
                     if (F != TF_K6)
                         acc[t] = fmaf((float)kmin_sum(meta, t, a->bs + (r * nsb + j) * 16), xs * kmin_scale(meta, t), acc[t]);
@@ -129,10 +129,12 @@ TF_AVX2 TF_INLINE __m256i kunpack(int F, const uint8_t *q, int b, int m, int o) 
     return v;
 }
 
-/* The 8 codes at p, each twice (one per input half of its lanes pair), as 16 bytes. */
-TF_AVX2 TF_INLINE __m128i codes_twice(const uint8_t *p) {
+/* Block b's codes for the lane pairs (2t, 2t + 1), the block's two 16-input halves
+ * (K4/K5: one code, twice), as 16 bytes. */
+TF_AVX2 TF_INLINE __m128i kblock_codes(int F, const uint8_t *meta, int b) {
+    const uint8_t *p = meta + (F == TF_K6 ? K6_CODE + 8 * b : KG_SC + 8 * b);
     __m128i c = _mm_loadl_epi64((const __m128i *)p);
-    return _mm_unpacklo_epi8(c, c);
+    return _mm_unpacklo_epi8(c, F == TF_K6 ? _mm_loadl_epi64((const __m128i *)(p + 64)) : c);
 }
 
 /* Eight activation bytes of a row, in every lane pair. */
@@ -189,41 +191,46 @@ TF_AVX2 TF_INLINE void kstore(float *yr, int64_t g, int n0, int n1, __m256 v) {
     }
 }
 
+/* Group g's value bits of super-block j; on a group's first pass over a chunk of
+ * rows, the same record of a group a few ahead is prefetched, so its lines arrive
+ * while this one computes. */
+TF_AVX2 TF_INLINE const uint8_t *krecord(const tf_weight *w, int64_t g, int64_t j, int ahead) {
+    if (ahead && (g + TF_AHEAD + 1) * 8 <= w->n) {
+        prefetch_span(kbits(w, g + TF_AHEAD, j), bits_bytes(w->fmt));
+        prefetch_span(kmeta(w, g + TF_AHEAD, j), meta_bytes(w->fmt));
+    }
+    return kbits(w, g, j);
+}
+
 /* A tile of RT rows x one group, one super-block at a time.  AVX2: each 32-byte half
  * (4 outputs x 8 inputs) times the row's eight bytes broadcast (maddubs, at most
  * 2 * 63 * 127), madd with the codes as int16 pairs, summed exactly in int32 lane
  * pairs; the pairs added at the end of the super-block. */
 TF_AVX2 TF_INLINE void ktile_avx2(const tf_weight *w, int64_t g, const tf_acts *a, int r0, int RT,
-                                  float *y, int ldy, int n0, int n1, int F) {
-    int64_t k = w->k, nsb = k / 256, QB = bits_bytes(F), MB = meta_bytes(F);
+                                  float *y, int ldy, int n0, int n1, int ahead, int F) {
+    int64_t k = w->k, nsb = k / 256;
     __m256 acc[8];
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t j = 0; j < nsb; j++) {
-        const uint8_t *q = w->q + (g * nsb + j) * QB, *meta = (const uint8_t *)w->s + (g * nsb + j) * MB;
-        if (RT == 1 && (g + TF_AHEAD + 1) * 8 <= w->n) {
-            prefetch_span(q + TF_AHEAD * nsb * QB, QB);
-            prefetch_span(meta + TF_AHEAD * nsb * MB, MB);
-        }
+        const uint8_t *q = krecord(w, g, j, ahead), *meta = kmeta(w, g, j);
         const int8_t *xq = a->qk + (int64_t)r0 * k + j * 256;
         __m256i tot[2][8];
         _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) tot[0][r] = tot[1][r] = _mm256_setzero_si256();
-        _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++)
-            _Pragma("GCC unroll 2") for (int u = 0; u < 2; u++) {
-                __m128i c = codes_twice(kunit_codes(F, meta, b, u));
-                _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
-                    __m256i c16 = F == TF_K6 ? _mm256_cvtepi8_epi32(o ? _mm_srli_si128(c, 8) : c)
-                                             : _mm256_cvtepu8_epi32(o ? _mm_srli_si128(c, 8) : c);
-                    c16 = _mm256_blend_epi16(c16, _mm256_slli_epi32(c16, 16), 0xAA);
-                    _Pragma("GCC unroll 2") for (int m = 2 * u; m < 2 * u + 2; m++) {
-                        __m256i wv = kunpack(F, q, b, m, o);
-                        _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) {
-                            __m256i x = _mm256_set1_epi64x(x8(xq + r * k + 32 * b + 8 * m));
-                            tot[o][r] = _mm256_add_epi32(tot[o][r],
-                                                         _mm256_madd_epi16(_mm256_maddubs_epi16(wv, x), c16));
-                        }
+        _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++) {
+            __m128i c = kblock_codes(F, meta, b);
+            _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
+                __m256i c16 = F == TF_K6 ? _mm256_cvtepi8_epi32(o ? _mm_srli_si128(c, 8) : c)
+                                         : _mm256_cvtepu8_epi32(o ? _mm_srli_si128(c, 8) : c);
+                c16 = _mm256_blend_epi16(c16, _mm256_slli_epi32(c16, 16), 0xAA);
+                _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {
+                    __m256i wv = kunpack(F, q, b, m, o);
+                    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {
+                        __m256i x = _mm256_set1_epi64x(x8(xq + r * k + 32 * b + 8 * m));
+                        tot[o][r] = _mm256_add_epi32(tot[o][r], _mm256_madd_epi16(_mm256_maddubs_epi16(wv, x), c16));
                     }
                 }
             }
+        }
         __m256 dv, dm;
         __m256i pairs[8];
         kscales8(F, meta, &dv, &dm, pairs);
@@ -257,35 +264,27 @@ TF_VNNI TF_INLINE __m512i kunpack512(int F, const uint8_t *q, int b, int m) {
 }
 
 TF_VNNI TF_INLINE void ktile_vnni(const tf_weight *w, int64_t g, const tf_acts *a, int r0, int RT,
-                                  float *y, int ldy, int n0, int n1, int F) {
-    int64_t k = w->k, nsb = k / 256, QB = bits_bytes(F), MB = meta_bytes(F);
+                                  float *y, int ldy, int n0, int n1, int ahead, int F) {
+    int64_t k = w->k, nsb = k / 256;
     __m256 acc[8];
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t j = 0; j < nsb; j++) {
-        const uint8_t *q = w->q + (g * nsb + j) * QB, *meta = (const uint8_t *)w->s + (g * nsb + j) * MB;
-        if (RT == 1 && (g + TF_AHEAD + 1) * 8 <= w->n) {
-            prefetch_span(q + TF_AHEAD * nsb * QB, QB);
-            prefetch_span(meta + TF_AHEAD * nsb * MB, MB);
-        }
+        const uint8_t *q = krecord(w, g, j, ahead), *meta = kmeta(w, g, j);
         const int8_t *xq = a->qk + (int64_t)r0 * k + j * 256;
         __m512i tot[8], s[8];
         _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) tot[r] = _mm512_setzero_si512();
-        _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++)
-            _Pragma("GCC unroll 2") for (int u = 0; u < 2; u++) {
-                if (u == 0 || F == TF_K6)
-                    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) s[r] = _mm512_setzero_si512();
-                _Pragma("GCC unroll 2") for (int m = 2 * u; m < 2 * u + 2; m++) {
-                    __m512i wv = kunpack512(F, q, b, m);
-                    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
-                        s[r] = _mm512_dpbusd_epi32(s[r], wv, _mm512_set1_epi64(x8(xq + r * k + 32 * b + 8 * m)));
-                }
-                if (u == 1 || F == TF_K6) {
-                    __m128i c = codes_twice(kunit_codes(F, meta, b, u));
-                    __m512i c32 = F == TF_K6 ? _mm512_cvtepi8_epi32(c) : _mm512_cvtepu8_epi32(c);
-                    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
-                        tot[r] = _mm512_add_epi32(tot[r], _mm512_mullo_epi32(s[r], c32));
-                }
+        _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++) {
+            _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) s[r] = _mm512_setzero_si512();
+            _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {
+                __m512i wv = kunpack512(F, q, b, m);
+                _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
+                    s[r] = _mm512_dpbusd_epi32(s[r], wv, _mm512_set1_epi64(x8(xq + r * k + 32 * b + 8 * m)));
             }
+            __m128i c = kblock_codes(F, meta, b);
+            __m512i c32 = F == TF_K6 ? _mm512_cvtepi8_epi32(c) : _mm512_cvtepu8_epi32(c);
+            _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
+                tot[r] = _mm512_add_epi32(tot[r], _mm512_mullo_epi32(s[r], c32));
+        }
         __m256 dv, dm;
         __m256i pairs[8];
         kscales8(F, meta, &dv, &dm, pairs);
@@ -301,8 +300,8 @@ TF_VNNI TF_INLINE void ktile_vnni(const tf_weight *w, int64_t g, const tf_acts *
 
 #define TF_KSHAPE(NAME, ATTR, f, F, RT)                                                              \
 ATTR __attribute__((noinline)) static void NAME##_##f##_##RT(                                       \
-        const tf_weight *w, int64_t g, const tf_acts *a, int r, float *y, int ldy, int n0, int n1) { \
-    NAME(w, g, a, r, RT, y, ldy, n0, n1, F);                                                        \
+        const tf_weight *w, int64_t g, const tf_acts *a, int r, float *y, int ldy, int n0, int n1, int ahead) { \
+    NAME(w, g, a, r, RT, y, ldy, n0, n1, ahead, F);                                                 \
 }
 /* Shapes: a group by RMAX rows, and by each smaller count for the last rows.  Rows
  * go in chunks whose activations stay in cache while every group passes over them. */
@@ -311,7 +310,7 @@ TF_KSHAPE(NAME, ATTR, f, F, 1) TF_KSHAPE(NAME, ATTR, f, F, 2) TF_KSHAPE(NAME, AT
 TF_KSHAPE(NAME, ATTR, f, F, 4) TF_KSHAPE(NAME, ATTR, f, F, 5) TF_KSHAPE(NAME, ATTR, f, F, 6)         \
 TF_KSHAPE(NAME, ATTR, f, F, 7) TF_KSHAPE(NAME, ATTR, f, F, 8)                                       \
 ATTR static void NAME##_##f(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
-    typedef void (*shape)(const tf_weight *, int64_t, const tf_acts *, int, float *, int, int, int); \
+    typedef void (*shape)(const tf_weight *, int64_t, const tf_acts *, int, float *, int, int, int, int); \
     static const shape shapes[9] = {0, NAME##_##f##_1, NAME##_##f##_2, NAME##_##f##_3, NAME##_##f##_4, \
                                     NAME##_##f##_5, NAME##_##f##_6, NAME##_##f##_7, NAME##_##f##_8}; \
     int rows = a->rows, chunk = (int)(393216 / w->k) / RMAX * RMAX;                                 \
@@ -321,7 +320,7 @@ ATTR static void NAME##_##f(const tf_weight *w, int n0, int n1, const tf_acts *a
         for (int64_t g = n0 / 8; g * 8 < n1; g++)                                                   \
             for (int r = c; r < end; r += RMAX) {                                                   \
                 int RT = end - r < RMAX ? end - r : RMAX;                                           \
-                shapes[RT](w, g, a, r, y, ldy, n0, n1);                                             \
+                shapes[RT](w, g, a, r, y, ldy, n0, n1, r == c);   /* the first pass loads the group */ \
             }                                                                                       \
     }                                                                                               \
 }
@@ -370,19 +369,17 @@ static void krows_neon(const tf_weight *w, int n0, int n1, const tf_acts *a, flo
                 int32_t I[8];
                 for (int o = 0; o < 4; o++) {               /* outputs 2o, 2o + 1: lanes (t, half) */
                     int32x4_t tot = vdupq_n_s32(0);
-                    for (int b = 0; b < 8; b++)
-                        for (int u = 0; u < 2; u++) {
-                            int32x4_t s = vdupq_n_s32(0);
-                            for (int m = 2 * u; m < 2 * u + 2; m++) {
-                                int64_t x;
-                                memcpy(&x, xq + 32 * b + 8 * m, 8);
-                                s = vaddq_s32(s, dot4(kunpack_neon(F, q, b, m, o), vreinterpretq_s8_s64(vdupq_n_s64(x))));
-                            }
-                            const uint8_t *cp = kunit_codes(F, meta, b, u) + 2 * o;
-                            int c0 = F == TF_K6 ? (int8_t)cp[0] : cp[0], c1 = F == TF_K6 ? (int8_t)cp[1] : cp[1];
-                            int32_t c[4] = {c0, c0, c1, c1};
-                            tot = vmlaq_s32(tot, s, vld1q_s32(c));
+                    for (int b = 0; b < 8; b++) {
+                        int32x4_t s = vdupq_n_s32(0);
+                        for (int m = 0; m < 4; m++) {
+                            int64_t x;
+                            memcpy(&x, xq + 32 * b + 8 * m, 8);
+                            s = vaddq_s32(s, dot4(kunpack_neon(F, q, b, m, o), vreinterpretq_s8_s64(vdupq_n_s64(x))));
                         }
+                        int32_t cd[4] = {kcode(F, meta, 2 * o, b, 0), kcode(F, meta, 2 * o, b, 1),
+                                         kcode(F, meta, 2 * o + 1, b, 0), kcode(F, meta, 2 * o + 1, b, 1)};
+                        tot = vmlaq_s32(tot, s, vld1q_s32(cd));
+                    }
                     I[2 * o] = vgetq_lane_s32(tot, 0) + vgetq_lane_s32(tot, 1);
                     I[2 * o + 1] = vgetq_lane_s32(tot, 2) + vgetq_lane_s32(tot, 3);
                 }
@@ -468,7 +465,7 @@ void tf_kpack(int fmt, const uint8_t *raw, int n, int k, uint8_t *q, uint8_t *s)
                     }
                 }
             for (int e = 0; e < 32; e++) {
-                int at = 64 * (e / 8) + 8 * (int)t + e % 8;
+                int p = kpos(e), at = 64 * (p / 8) + 8 * (int)t + p % 8;
                 for (int p = 0; p < 4; p++)
                     qo[KG_NIB + 256 * p + at] = (uint8_t)((v[2 * p][e] & 15) | (v[2 * p + 1][e] & 15) << 4);
                 if (fmt == TF_K5) {
