@@ -11,6 +11,7 @@ each reply's token_sha (SHA-256 of its token ids) across:
 - one CPU thread vs two (in-process only: the kernels split outputs, never a sum);
 - a background request preempted by foreground ones and replayed vs solo;
 - streamed vs whole;
+- penalties and logit_bias in some cases (frequency, presence, repetition);
 - constrained cases throughout (every second case): each grammar form,
   forced tool calls, thinking budgets, and a grammar or a forced call after a
   think block (in-process servers serve a ChatML template that opens a think
@@ -78,6 +79,8 @@ SAMPLINGS: list[dict[str, Any]] = [
     {"temperature": 0.8, "top_k": 40},
     {"temperature": 1.1, "min_p": 0.05},
     {"temperature": 0.9, "top_p": 0.95, "top_k": 50, "min_p": 0.02},
+    {"temperature": 0.8, "frequency_penalty": 0.6, "presence_penalty": 0.4},
+    {"temperature": 0, "repetition_penalty": 1.3, "logit_bias": {"13": 2.5, "29": -4}},
 ]
 
 

@@ -7,6 +7,8 @@ with stream_options.include_usage).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.api.api_helpers import CHAT, COMPLETIONS, HELLO, sse_events
@@ -191,10 +193,25 @@ def test_developer_message_renders_as_system(http):
     assert prompt_tokens("developer") == prompt_tokens("system")
 
 
-def test_extra_unknown_fields_are_ignored(http):
+def test_unknown_fields_are_listed_as_ignored(http):
     r = http.post(CHAT, json={"messages": HELLO, "max_tokens": 2, "user": "me", "metadata": {"a": "b"},
-                              "frequency_penalty": 0, "some_future_field": [1, 2]})
+                              "frequency_penalty": 0, "service_tier": "auto", "store": False,
+                              "prompt_cache_key": "k", "safety_identifier": "s",
+                              "some_future_field": [1, 2], "verbosity": "low"})
     assert r.status_code == 200, r.text
+    assert r.json()["tensorfold"]["ignored_fields"] == ["some_future_field", "verbosity"]
+    streamed = http.post(CHAT, json={"messages": HELLO, "max_tokens": 2, "stream": True, "zzz": 1})
+    finish = [json.loads(line[6:]) for line in streamed.text.splitlines()
+              if line.startswith("data: {")][-1]
+    assert finish["tensorfold"]["ignored_fields"] == ["zzz"]
+    known = http.post(CHAT, json={"messages": HELLO, "max_tokens": 2, "user": "me"}).json()
+    assert "ignored_fields" not in known["tensorfold"]
+
+
+def test_documented_no_op_fields_are_type_checked(http):
+    for field, value in (("user", 5), ("metadata", {"a": 1}), ("service_tier", "fastest"), ("store", "yes")):
+        r = http.post(CHAT, json={"messages": HELLO, "max_tokens": 2, field: value})
+        assert r.status_code == 400 and r.json()["error"]["param"].startswith(field), (field, r.text)
 
 
 def test_null_fields_keep_defaults(http):

@@ -80,7 +80,7 @@ def forced(hermes, tool_choice, tools, **kw):
     client, model = hermes
     return client.chat.completions.create(
         model=model, messages=[{"role": "user", "content": "Hello there."}], tools=tools,
-        tool_choice=tool_choice, max_tokens=40, temperature=0.8, seed=9, **kw)
+        tool_choice=tool_choice, **{"max_tokens": 40, "temperature": 0.8, "seed": 9, **kw})
 
 
 def text_of(reply) -> str:
@@ -104,3 +104,41 @@ def test_forced_call_opens_with_an_offered_name(hermes, choice, name):
 def test_forcing_an_unoffered_function_is_refused(hermes):
     with pytest.raises(openai.BadRequestError):
         forced(hermes, {"type": "function", "function": {"name": "nope"}}, [TOOL])
+
+
+STRICT = {"type": "function", "function": {"name": "set_alarm", "strict": True, "parameters": {
+    "type": "object", "additionalProperties": False, "required": ["hour", "days"],
+    "properties": {"hour": {"type": "integer", "minimum": 0, "maximum": 23},
+                   "days": {"type": "array", "items": {"enum": ["mon", "tue", "sat"]}, "maxItems": 2}}}}}
+STRICT_TIME = {"type": "function", "function": {"name": "get_time", "strict": True, "parameters": {
+    "type": "object", "additionalProperties": False, "required": ["zone"],
+    "properties": {"zone": {"enum": ["UTC", "CET"]}}}}}
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "set_alarm"}}])
+def test_strict_tools_hold_the_arguments_to_their_schema(hermes, choice):
+    """Even a random model's forced call to strict tools parses, names an offered tool,
+    matches its schema and ends the reply with finish_reason tool_calls."""
+    for seed in range(4):
+        reply = forced(hermes, choice, [STRICT, STRICT_TIME], seed=seed, max_tokens=120)
+        (call,) = reply.choices[0].message.tool_calls
+        args = json.loads(call.function.arguments)
+        if call.function.name == "set_alarm":
+            assert set(args) == {"hour", "days"} and 0 <= args["hour"] <= 23
+            assert len(args["days"]) <= 2 and set(args["days"]) <= {"mon", "tue", "sat"}
+        else:
+            assert choice == "required" and args in ({"zone": "UTC"}, {"zone": "CET"})
+        assert reply.choices[0].finish_reason == "tool_calls"
+        serial = forced(hermes, choice, [STRICT, STRICT_TIME], seed=seed, max_tokens=120,
+                        extra_body={"draft": False})
+        assert serial.model_extra["tensorfold"]["token_sha"] == reply.model_extra["tensorfold"]["token_sha"]
+
+
+def test_strict_call_streams_as_it_comes_whole(hermes):
+    whole = forced(hermes, "required", [STRICT], seed=3, max_tokens=120)
+    chunks = list(forced(hermes, "required", [STRICT], seed=3, max_tokens=120, stream=True))
+    args = "".join(tc.function.arguments or "" for c in chunks if c.choices
+                   for tc in c.choices[0].delta.tool_calls or [])
+    assert json.loads(args) == json.loads(whole.choices[0].message.tool_calls[0].function.arguments)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+

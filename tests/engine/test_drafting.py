@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tensorfold.engine.constraints import ForceToken
+from tensorfold.engine.constraints import ForceToken, LogitAdjust
 from tensorfold.engine.types import SamplingParams
 
 from .conftest import chat_prompt, collect, engine_on, make_request, run
@@ -147,3 +147,28 @@ def test_thinking_budget_closes_an_open_block_at_its_budget(engine):
     idle = ThinkingBudget(6, close, marker, tuple(tok.encode("<think>")), inside=False)
     plain = run(engine, make_request(prompt, max_tokens=30, ignore_eos=True))
     assert run(engine, make_request(prompt, max_tokens=30, ignore_eos=True, constraints=(idle,))).tokens == plain.tokens
+
+
+def test_penalties_and_bias_drafted_equal_serial(engine):
+    """Penalties read the reply before each row, so drafted, concurrent and serial runs
+    apply the same adjustment to the same row and agree token for token."""
+    def reqs(draft: bool):
+        out = []
+        for i in range(6):
+            prompt = chat_prompt(engine, TEXTS[i % len(TEXTS)])
+            rule = LogitAdjust(bias=((13, 1.5), (29, -3.0)), frequency=0.3 * (i % 3), presence=0.2 * (i % 2),
+                               repetition=1.0 + 0.1 * (i % 4), prompt_seen=tuple(sorted(set(prompt))))
+            out.append(make_request(prompt, rid=f"p{i}-{draft}", max_tokens=48, ignore_eos=True,
+                                    sampling=SAMPLINGS[i % len(SAMPLINGS)], draft=draft, constraints=(rule,)))
+        return out
+
+    serial = [run(engine, r).tokens for r in reqs(False)]
+    assert [run(engine, r).tokens for r in reqs(True)] == serial
+
+    async def together():
+        return await asyncio.gather(*(collect(engine, r, delay=0.02 * i) for i, r in enumerate(reqs(True))))
+
+    assert [r.tokens for r in asyncio.run(together())] == serial
+    plain = [run(engine, make_request(r.prompt, rid=f"q{i}", max_tokens=48, ignore_eos=True, sampling=r.sampling,
+                                      draft=False)).tokens for i, r in enumerate(reqs(False))]
+    assert plain != serial                      # the rule changed the replies

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from ..checkpoints.errors import TemplateError
 from ..config import SamplingDefaults, ServerConfig
+from ..engine.constraints import LogitAdjust
 from ..engine.sampler import derive_seed
 from ..engine.types import Priority, Request, SamplingParams
 from . import errors
@@ -68,14 +69,14 @@ def chat_request(body: ChatCompletionRequest, engine: Engine, config: ServerConf
         explicit, param = body.max_tokens, "max_tokens"
     limit = fit_reply_limit(len(prompt), engine.context_length, explicit, param,
                             config.max_tokens, prompt_param="messages", memory_limited=memory_limited(engine))
-    request = build_request(request_id, prompt, body, config.sampling, limit,
+    request = build_request(request_id, prompt, body, config.sampling, limit, engine.tokenizer.vocab_size,
                             request_priority(body.priority, messages))
     budget = thinking_budget_rule(engine.tokenizer, template, kwargs, body.thinking_budget,
                                   config.thinking_budget, prompt)
     think = think_markers(engine.tokenizer, template, kwargs, prompt)
     force = tool_force(engine, body, tools, fmt, think)
     rules = tuple(r for r in (budget, force) if r is not None)
-    return dataclasses.replace(request, constraints=rules, think=think)
+    return dataclasses.replace(request, constraints=(*request.constraints, *rules), think=think)
 
 
 def completion_request(body: CompletionRequest, engine: Engine, config: ServerConfig,
@@ -83,7 +84,9 @@ def completion_request(body: CompletionRequest, engine: Engine, config: ServerCo
     """A raw prompt: no chat template; BOS only where the tokenizer adds one."""
     if body.prompt is None:
         raise errors.invalid("Missing required parameter: 'prompt'", param="prompt", code=errors.MISSING)
-    if isinstance(body.prompt, str):
+    if body.suffix is not None:
+        prompt = fim_prompt(engine.tokenizer, body.prompt, body.suffix)
+    elif isinstance(body.prompt, str):
         prompt = engine.tokenizer.encode(body.prompt, add_special_tokens=True)
     else:
         prompt = check_token_ids(body.prompt, engine.tokenizer.vocab_size)
@@ -91,7 +94,21 @@ def completion_request(body: CompletionRequest, engine: Engine, config: ServerCo
         raise errors.invalid("Invalid 'prompt': it encodes to no tokens", param="prompt")
     limit = fit_reply_limit(len(prompt), engine.context_length, body.max_tokens, "max_tokens",
                             config.max_tokens, prompt_param="prompt", memory_limited=memory_limited(engine))
-    return build_request(request_id, prompt, body, config.sampling, limit)
+    return build_request(request_id, prompt, body, config.sampling, limit, engine.tokenizer.vocab_size)
+
+
+def fim_prompt(tokenizer: Any, prompt: str | list[int], suffix: str) -> list[int]:
+    """Fill in the middle: BOS where the tokenizer adds one, then the FIM prefix token, the
+    prompt (text or token ids), the suffix token, the suffix, and the middle token, after
+    which the model writes the middle."""
+    if getattr(tokenizer, "fim_ids", None) is None:
+        raise errors.invalid("Invalid 'suffix': fill-in-the-middle needs a model whose tokenizer has FIM tokens "
+                             "(<|fim_prefix|>, <|fim_suffix|>, <|fim_middle|> or <fim_prefix>, <fim_suffix>, "
+                             "<fim_middle>); this model's has none", param="suffix")
+    pre, suf, mid = tokenizer.fim_ids
+    head = tokenizer.encode(prompt) if isinstance(prompt, str) else check_token_ids(prompt, tokenizer.vocab_size)
+    bos = [t for t in tokenizer.encode("", add_special_tokens=True) if t == tokenizer.bos_token_id]
+    return [*bos, pre, *head, suf, *tokenizer.encode(suffix), mid]
 
 
 def template_kwargs(kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -191,8 +208,8 @@ def sampling_params(body: GenerationRequest, defaults: SamplingDefaults, prompt:
     )
 
 
-def build_request(request_id: str, prompt: list[int], body: GenerationRequest,
-                  defaults: SamplingDefaults, max_tokens: int, priority: Priority | None = None) -> Request:
+def build_request(request_id: str, prompt: list[int], body: GenerationRequest, defaults: SamplingDefaults,
+                  max_tokens: int, vocab_size: int, priority: Priority | None = None) -> Request:
     """`priority`: the one decided for the request (chat: priority.py); None
     takes the body's, foreground when it has none."""
     if priority is None:
@@ -206,4 +223,21 @@ def build_request(request_id: str, prompt: list[int], body: GenerationRequest,
         ignore_eos=bool(body.ignore_eos),
         priority=priority,
         draft=body.draft is not False,
+        constraints=logit_rules(body, prompt, vocab_size),
     )
+
+
+def logit_rules(body: GenerationRequest, prompt: Sequence[int], vocab_size: int) -> tuple[LogitAdjust, ...]:
+    """The penalties and logit_bias as one keyed rule; none when every one is off."""
+    for token in body.logit_bias or {}:
+        if token >= vocab_size:
+            raise errors.invalid(f"Invalid 'logit_bias': token {token} is outside the vocabulary "
+                                 f"(0..{vocab_size - 1})", param="logit_bias")
+    rule = LogitAdjust(bias=tuple(sorted((body.logit_bias or {}).items())),
+                       frequency=body.frequency_penalty or 0.0, presence=body.presence_penalty or 0.0,
+                       repetition=body.repetition_penalty or 1.0)
+    if rule == LogitAdjust():
+        return ()
+    if rule.repetition != 1.0:
+        rule = dataclasses.replace(rule, prompt_seen=tuple(sorted(set(prompt))))
+    return (rule,)

@@ -13,6 +13,7 @@ integral fields accept integral floats (2.0 is 2) and refuse 2.5.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Annotated, Any, NoReturn
 
 from pydantic import BeforeValidator
@@ -61,31 +62,41 @@ def number(value: Any, *, integral: bool = False) -> int | float:
     return value
 
 
-def _temperature(v: Any) -> float | None:
+def _bounded(ok: Callable[[float], bool], rule: str) -> Callable[[Any], float | None]:
+    """A validator of an optional number that must satisfy `ok` (`rule` says how)."""
+    def parse(v: Any) -> float | None:
+        if v is None:
+            return None
+        x = number(v)
+        if not ok(x):
+            fail(f"must be {rule}, not {x}")
+        return float(x)
+    return parse
+
+
+_temperature = _bounded(lambda x: x >= 0, "at least 0 (0 is greedy)")
+_top_p = _bounded(lambda x: 0 < x <= 1, "greater than 0 and at most 1")
+_min_p = _bounded(lambda x: 0 <= x <= 1, "between 0 and 1 (0 is off)")
+# frequency_penalty / presence_penalty: OpenAI's range; repetition_penalty: vLLM's
+_penalty = _bounded(lambda x: -2 <= x <= 2, "between -2 and 2 (0 is off)")
+_repetition_penalty = _bounded(lambda x: 0 < x <= 100, "greater than 0 and at most 100 (1 is off)")
+
+
+def _logit_bias(v: Any) -> dict[int, float] | None:
+    """OpenAI's logit_bias: token id (a JSON key) -> a number from -100 to 100."""
     if v is None:
         return None
-    x = number(v)
-    if x < 0:
-        fail(f"must be at least 0 (0 is greedy), not {x}")
-    return float(x)
-
-
-def _top_p(v: Any) -> float | None:
-    if v is None:
-        return None
-    x = number(v)
-    if not 0 < x <= 1:
-        fail(f"must be greater than 0 and at most 1, not {x}")
-    return float(x)
-
-
-def _min_p(v: Any) -> float | None:
-    if v is None:
-        return None
-    x = number(v)
-    if not 0 <= x <= 1:
-        fail(f"must be between 0 and 1 (0 is off), not {x}")
-    return float(x)
+    if not isinstance(v, dict):
+        fail(f"must be an object mapping token ids to numbers, not {_kind(v)}")
+    out: dict[int, float] = {}
+    for key, bias in v.items():
+        if not isinstance(key, str) or not key.isdigit():
+            fail(f"keys must be token ids (digit strings), not {key!r}")
+        b = number(bias)
+        if not -100 <= b <= 100:
+            fail(f"the bias of token {key} must be between -100 and 100, not {b}")
+        out[int(key)] = float(b)
+    return out
 
 
 def _top_k(v: Any) -> int | None:
@@ -188,6 +199,9 @@ Temperature = Annotated[float | None, BeforeValidator(_temperature)]
 TopP = Annotated[float | None, BeforeValidator(_top_p)]
 TopK = Annotated[int | None, BeforeValidator(_top_k)]
 MinP = Annotated[float | None, BeforeValidator(_min_p)]
+Penalty = Annotated[float | None, BeforeValidator(_penalty)]
+RepetitionPenalty = Annotated[float | None, BeforeValidator(_repetition_penalty)]
+LogitBias = Annotated[dict[int, float] | None, BeforeValidator(_logit_bias)]
 Seed = Annotated[int | None, BeforeValidator(_seed)]
 PositiveInt = Annotated[int | None, BeforeValidator(_positive_int)]
 OptionalBool = Annotated[bool | None, BeforeValidator(_bool)]

@@ -8,6 +8,7 @@ for a float (1e400 would otherwise become inf).
 from __future__ import annotations
 
 import json
+import logging
 import math
 from typing import Any, TypeVar
 
@@ -17,6 +18,7 @@ from . import errors
 from .errors import APIError
 
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger(__name__)
 
 # pydantic error types -> (our message, our code); the rest keep pydantic's message.
 _MESSAGES = {
@@ -76,11 +78,25 @@ def param_name(loc: tuple[str | int, ...]) -> str | None:
 
 
 def validate(model: type[M], body: dict[str, Any]) -> M:
-    """`model` validated from `body`; the first error becomes a 400 naming its field."""
+    """`model` validated from `body`; the first error becomes a 400 naming its field.
+    A model with an `_ignored` attribute gets the body's fields it has no field for
+    (each logged once per process)."""
     try:
-        return model.model_validate(body)
+        out = model.model_validate(body)
     except ValidationError as exc:
         raise error_from(exc) from None
+    if "_ignored" in getattr(model, "__private_attributes__", {}):
+        known = {f.alias or name for name, f in model.model_fields.items()} | set(model.model_fields)
+        ignored = tuple(sorted(k for k in body if k not in known))
+        out._ignored = ignored
+        for name in set(ignored) - _LOGGED:
+            _LOGGED.add(name)
+            log.warning("request field %r is not one this server knows: ignored (listed in the reply's "
+                        "tensorfold.ignored_fields)", name)
+    return out
+
+
+_LOGGED: set[str] = set()
 
 
 def error_from(exc: ValidationError) -> APIError:

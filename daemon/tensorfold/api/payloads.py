@@ -49,10 +49,14 @@ def stats_json(stats: Stats) -> dict[str, Any]:
     }
 
 
-def totals(finish: Finish) -> dict[str, Any]:
+def totals(finish: Finish, ignored: tuple[str, ...] = ()) -> dict[str, Any]:
     """`usage` and the `tensorfold` statistics block: what a whole reply, a
-    stream's finish chunk and its include_usage chunk each carry."""
-    return {"usage": usage_json(finish.usage), "tensorfold": stats_json(finish.stats)}
+    stream's finish chunk and its include_usage chunk each carry; the block lists
+    the request's `ignored` fields (those no schema field takes), when any."""
+    block = stats_json(finish.stats)
+    if ignored:
+        block["ignored_fields"] = list(ignored)
+    return {"usage": usage_json(finish.usage), "tensorfold": block}
 
 
 def finish_reason(finish: Finish) -> str:
@@ -65,6 +69,7 @@ class ChatShape:
     model: str
     created: int
     reply: ChatReply = field(default_factory=lambda: ChatReply(None))
+    ignored: tuple[str, ...] = ()
 
     def _reason(self, finish: Finish) -> str:
         """"tool_calls" when the reply called a tool, unless the token limit cut it ("length")."""
@@ -77,7 +82,7 @@ class ChatShape:
     def whole(self, text: str, finish: Finish) -> dict[str, Any]:
         message = self.reply.message(text)
         choice = {"index": 0, "message": message, "finish_reason": self._reason(finish), "logprobs": None}
-        return {**self._head("chat.completion"), "choices": [choice], **totals(finish)}
+        return {**self._head("chat.completion"), "choices": [choice], **totals(finish, self.ignored)}
 
     def _chunk(self, delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}
@@ -93,10 +98,10 @@ class ChatShape:
         return [self._chunk(delta) for delta in self.reply.end()]
 
     def finish_chunk(self, finish: Finish) -> dict[str, Any]:
-        return {**self._chunk({}, self._reason(finish)), **totals(finish)}
+        return {**self._chunk({}, self._reason(finish)), **totals(finish, self.ignored)}
 
     def usage_chunk(self, finish: Finish) -> dict[str, Any]:
-        return {**self._head("chat.completion.chunk"), "choices": [], **totals(finish)}
+        return {**self._head("chat.completion.chunk"), "choices": [], **totals(finish, self.ignored)}
 
 
 @dataclass(slots=True, frozen=True)
@@ -104,6 +109,7 @@ class CompletionShape:
     id: str
     model: str
     created: int
+    ignored: tuple[str, ...] = ()
 
     def _head(self) -> dict[str, Any]:
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model}
@@ -112,7 +118,8 @@ class CompletionShape:
         return {"index": 0, "text": text, "finish_reason": reason, "logprobs": None}
 
     def whole(self, text: str, finish: Finish) -> dict[str, Any]:
-        return {**self._head(), "choices": [self._choice(text, finish_reason(finish))], **totals(finish)}
+        choice = self._choice(text, finish_reason(finish))
+        return {**self._head(), "choices": [choice], **totals(finish, self.ignored)}
 
     def first_chunk(self) -> dict[str, Any] | None:
         return None
@@ -124,7 +131,7 @@ class CompletionShape:
         return []
 
     def finish_chunk(self, finish: Finish) -> dict[str, Any]:
-        return {**self._head(), "choices": [self._choice("", finish_reason(finish))], **totals(finish)}
+        return {**self._head(), "choices": [self._choice("", finish_reason(finish))], **totals(finish, self.ignored)}
 
     def usage_chunk(self, finish: Finish) -> dict[str, Any]:
-        return {**self._head(), "choices": [], **totals(finish)}
+        return {**self._head(), "choices": [], **totals(finish, self.ignored)}

@@ -10,6 +10,7 @@ from quart import Blueprint, Response
 from . import convert
 from .chat_reply import ChatReply, reply_parser
 from .structured import attach_grammar
+from .tool_prompt import tool_format
 from .generation import stream_reply, whole_reply
 from .parsing import read_body, validate
 from .payloads import ChatShape
@@ -35,7 +36,7 @@ async def run_chat(raw: dict[str, Any]) -> Response:
     request_id = new_id("chatcmpl")
     engine_request = await chat_engine_request(body, request_id)
     parser = reply_parser(state.engine, body, engine_request, state.config)
-    shape = ChatShape(request_id, model, int(time.time()), ChatReply(parser))
+    shape = ChatShape(request_id, model, int(time.time()), ChatReply(parser), body.ignored_fields)
     return await respond(state.engine, engine_request, shape, body)
 
 
@@ -44,7 +45,8 @@ async def chat_engine_request(body: ChatCompletionRequest, request_id: str) -> A
     constrained, every refusal a 400. /v1/responses runs through it too."""
     state = get_state()
     engine_request = convert.chat_request(body, state.engine, state.config, request_id)
-    return await attach_grammar(engine_request, body, state.engine)
+    fmt = tool_format(getattr(state.engine.tokenizer, "chat_template", ""), state.config.tool_parser)
+    return await attach_grammar(engine_request, body, state.engine, fmt)
 
 
 async def respond(engine: Any, request: Any, shape: Any, body: GenerationRequest) -> Response:

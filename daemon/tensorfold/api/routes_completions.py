@@ -33,5 +33,5 @@ async def completions() -> Response:
     request_id = new_id("cmpl")
     engine_request = convert.completion_request(body, state.engine, state.config, request_id)
     engine_request = await attach_grammar(engine_request, body, state.engine)
-    shape = CompletionShape(request_id, model, int(time.time()))
+    shape = CompletionShape(request_id, model, int(time.time()), body.ignored_fields)
     return await respond(state.engine, engine_request, shape, body)

@@ -10,13 +10,13 @@ implements are given a real type here and carried in convert.py.
 from __future__ import annotations
 
 import copy
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, PrivateAttr
 
 from .fields import (
-    MinP, ModelName, Modalities, MustBeNull, N, OptionalBool, PositiveInt,
-    PriorityName, Seed, Stop, TemplateKwargs, Temperature, TopK, TopP,
+    LogitBias, MinP, ModelName, Modalities, MustBeNull, N, OptionalBool, Penalty, PositiveInt,
+    PriorityName, RepetitionPenalty, Seed, Stop, TemplateKwargs, Temperature, TopK, TopP,
     _kind, fail, number, unsupported,
 )
 
@@ -31,6 +31,9 @@ UNSUPPORTED_PARTS = {
 
 class StrictModel(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+
+ServiceTier = Literal["auto", "default", "flex", "scale", "priority"]
 
 
 # -- messages --------------------------------------------------------------
@@ -251,6 +254,10 @@ class GenerationRequest(StrictModel):
     top_p: TopP = None
     top_k: TopK = None
     min_p: MinP = None
+    frequency_penalty: Penalty = None
+    presence_penalty: Penalty = None
+    repetition_penalty: RepetitionPenalty = None
+    logit_bias: LogitBias = None
     seed: Seed = None
     stop: Stop = ()
     ignore_eos: OptionalBool = None
@@ -269,6 +276,19 @@ class GenerationRequest(StrictModel):
     guided_choice: GuidedChoice = None
     guided_grammar: GuidedGrammar = None
     structured_outputs: StructuredOutputs = None
+    # accepted and documented as no-ops: they name the caller or tune OpenAI's own service
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None          # prefixes are cached whatever the key
+    metadata: dict[str, str] | None = None
+    service_tier: ServiceTier | None = None
+    store: bool | None = None                    # OpenAI's chat-completion store; /v1/responses has its own
+    # body fields no schema field takes: listed in the reply's tensorfold block (parsing.validate)
+    _ignored: tuple[str, ...] = PrivateAttr(default=())
+
+    @property
+    def ignored_fields(self) -> tuple[str, ...]:
+        return self._ignored
 
     @property
     def include_usage(self) -> bool:
@@ -329,7 +349,7 @@ def _suffix(v: Any) -> str | None:
     if v is None or v == "":
         return None
     if isinstance(v, str):
-        unsupported("suffix (insertion) is not supported by this server")
+        return v
     fail(f"must be a string, not {_kind(v)}")
 
 

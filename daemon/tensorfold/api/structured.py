@@ -14,10 +14,13 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from ..engine.constraints import ThinkingBudget
+from ..engine.constraints import ThinkingBudget, ToolForce
 from ..engine.types import Request
 from ..grammar import GrammarError, GrammarSpec, GrammarUnavailable
 from . import errors
+from .tool_force import offered
+from .tool_prompt import ToolFormat
+from .tool_strict import forces_call, strict_call_ebnf
 
 STRUCTURED_KINDS = {"json": "json_schema", "json_object": "json_object", "regex": "regex",
                     "choice": "choice", "grammar": "ebnf"}
@@ -47,18 +50,24 @@ def grammar_request(body: Any) -> tuple[str, Any, str] | None:
     return kind, value, field
 
 
-async def attach_grammar(request: Request, body: Any, engine: Any) -> Request:
-    """`request` with the body's grammar as a constraint (compiled off the event loop).
-    While the request thinks (`request.think`), the grammar starts after the think end."""
+async def attach_grammar(request: Request, body: Any, engine: Any, fmt: ToolFormat | None = None) -> Request:
+    """`request` with the body's grammar as a constraint (compiled off the event loop):
+    a structured-output field's, or, for a forced call to strict tools in `fmt`, the
+    call's (tool_strict.py), which replaces ToolForce.  While the request thinks
+    (`request.think`), the grammar starts after the think end."""
     asked = grammar_request(body)
-    if asked is None:
-        return request
-    kind, value, field = asked
-    choice = getattr(body, "tool_choice", None)
-    if choice == "required" or isinstance(choice, dict):
+    forced = fmt is not None and forces_call(body)
+    if asked is not None and forced:
         raise errors.invalid("A structured-output grammar cannot be combined with a forced tool call "
                              "(tool_choice \"required\" or a named function)", param="tool_choice")
+    if asked is None and not forced:
+        return request
+    kind, value, field = asked or ("ebnf", None, "tools")
     try:
+        if asked is None:
+            value = strict_call_ebnf(body, offered(body), fmt)
+            if value is None:
+                return request
         spec = GrammarSpec.of(kind, value)
         compiler = engine.grammar_compiler()
         await asyncio.wrap_future(compiler.compile_async(spec))
@@ -69,5 +78,6 @@ async def attach_grammar(request: Request, body: Any, engine: Any) -> Request:
         raise errors.invalid(f"Invalid '{field}': the grammar does not compile: {exc.reason or exc}",
                              param=field) from exc
     # a thinking budget's close stops at the think end: the grammar writes what follows
-    rules = tuple(c.stop_at_marker() if isinstance(c, ThinkingBudget) else c for c in request.constraints)
+    rules = tuple(c.stop_at_marker() if isinstance(c, ThinkingBudget) else c for c in request.constraints
+                  if not isinstance(c, ToolForce))
     return dataclasses.replace(request, constraints=(*rules, constraint))

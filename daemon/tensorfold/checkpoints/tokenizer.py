@@ -29,6 +29,12 @@ def _ids(value: Any) -> set[int]:
     return set()
 
 
+# Fill-in-the-middle tokens (prefix, suffix, middle), in the spellings checkpoints use:
+# Qwen2.5-Coder and CodeGemma, then StarCoder and its descendants.
+FIM_TOKENS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),
+              ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"))
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -55,6 +61,10 @@ class Tokenizer:
         bos = self.hf.bos_token_id
         self.bos_token_id: int | None = int(bos) if isinstance(bos, int) else None
         self.vocab_size: int = len(self.hf)
+        vocab = self.hf.get_vocab()
+        # the ids of the first FIM spelling the vocabulary has whole, or None
+        self.fim_ids: tuple[int, int, int] | None = next(
+            (tuple(vocab[t] for t in names) for names in FIM_TOKENS if all(t in vocab for t in names)), None)
         if not self.eos_token_ids:
             log.warning("tokenizer in %s names no end-of-sequence token", self.folder)
 

@@ -44,6 +44,41 @@ class ForceToken:
             logits[self.token] = keep
 
 
+@dataclass(frozen=True, slots=True)
+class LogitAdjust:
+    """OpenAI's logit_bias, frequency_penalty and presence_penalty, and vLLM's
+    repetition_penalty, as a rule of the tokens before the row.
+
+    In fp32, in this order: logits[t] += bias[t]; for each token t in the reply
+    so far with count c, logits[t] -= frequency * c + presence; for each token
+    in the prompt or the reply, a positive logit is divided by `repetition` and
+    a negative one multiplied by it.  Every draw (serial, drafted, batched) at
+    a reply position sees the same reply before it, so the same logits.
+    """
+
+    bias: tuple[tuple[int, float], ...] = ()
+    frequency: float = 0.0
+    presence: float = 0.0
+    repetition: float = 1.0
+    prompt_seen: tuple[int, ...] = ()   # the prompt's distinct token ids (for repetition)
+
+    def allows(self, reply: Sequence[int], token: int) -> bool:
+        return True
+
+    def mask(self, reply: Sequence[int], logits: torch.Tensor) -> None:
+        if self.bias:
+            ids = torch.tensor([t for t, _ in self.bias], dtype=torch.int64, device=logits.device)
+            logits[ids] += torch.tensor([b for _, b in self.bias], dtype=logits.dtype, device=logits.device)
+        if reply and (self.frequency or self.presence):
+            ids, counts = torch.unique(torch.tensor(list(reply), dtype=torch.int64, device=logits.device),
+                                       return_counts=True)
+            logits[ids] -= counts.to(logits.dtype) * self.frequency + self.presence
+        if self.repetition != 1.0:
+            seen = torch.unique(torch.tensor([*self.prompt_seen, *reply], dtype=torch.int64, device=logits.device))
+            v = logits[seen]
+            logits[seen] = torch.where(v > 0, v / self.repetition, v * self.repetition)
+
+
 def cut_drafts(constraints: Sequence[Constraint], reply: Sequence[int], drafts: list[int]) -> list[int]:
     """The longest prefix of `drafts` every rule allows after `reply`."""
     path = list(reply)
