@@ -196,3 +196,11 @@ def test_parse_with_a_pydantic_model_runs_the_structured_output_path(client, ser
     check_response(stored)
     assert stored["tensorfold"]["token_sha"] == chat.json()["tensorfold"]["token_sha"]
     assert stored["text"]["format"]["type"] == "json_schema" and stored["text"]["format"]["name"] == "Answer"
+
+
+def test_unknown_fields_are_listed_as_ignored(client, server):
+    response = client.responses.create(model=server.served_id, input="Hi.", max_output_tokens=3, temperature=0,
+                                       extra_body={"fancy_option": 1, "top_k": 5})
+    assert response.model_extra["tensorfold"]["ignored_fields"] == ["fancy_option"]
+    plain = client.responses.create(model=server.served_id, input="Hi.", max_output_tokens=3, temperature=0)
+    assert "ignored_fields" not in plain.model_extra["tensorfold"]

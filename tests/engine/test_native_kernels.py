@@ -190,6 +190,18 @@ def test_linear_row_invariance(weight, isa):
             assert same_bits(linear(p, mixed, bias)[keep], alone[keep]), f"R={R} among other rows"
 
 
+@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q5_K, QT.Q6_K])
+def test_k_packing_is_the_same_on_any_thread_count(qtype):
+    n, k = 301, 4096                  # past the size the packer splits among threads; a ragged group
+    raw = random_raw(qtype, n, k, seed=9)
+    packs = []
+    for threads in (1, 3):
+        use_threads(threads)
+        packs.append(Q.pack_gguf(qtype, raw, n, k))
+    assert np.array_equal(packs[0].q, packs[1].q) and np.array_equal(packs[0].s, packs[1].s)
+    assert np.array_equal(Q.values(packs[1])[-1], Q.values(Q.pack_gguf(qtype, raw[-1:], 1, k))[0])
+
+
 @pytest.mark.parametrize("rows", [1, 5, 256])   # 256 x 256 inputs: the quantization step runs on the pool too
 def test_linear_thread_invariance(weight, rows):
     p, bias = weight

@@ -87,6 +87,7 @@ def validate(model: type[M], body: dict[str, Any]) -> M:
         raise error_from(exc) from None
     if "_ignored" in getattr(model, "__private_attributes__", {}):
         known = {f.alias or name for name, f in model.model_fields.items()} | set(model.model_fields)
+        known |= set(getattr(model, "PASS_THROUGH", ()))
         ignored = tuple(sorted(k for k in body if k not in known))
         out._ignored = ignored
         for name in set(ignored) - _LOGGED:

@@ -34,8 +34,6 @@ from .responses_objects import ResponseHead
 from .responses_schemas import ResponsesRequest
 from .schemas import ChatCompletionRequest
 
-PASS_THROUGH = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos", "draft",
-                "thinking_budget", "chat_template_kwargs", "priority", "parallel_tool_calls")
 # chat field -> Responses field, in params and messages
 RENAMES = {"max_completion_tokens": "max_output_tokens", "response_format": "text.format",
            "reasoning_effort": "reasoning.effort"}
@@ -49,7 +47,7 @@ def chat_body(body: ResponsesRequest, raw: dict[str, Any], history: list[dict[st
         messages.append({"role": "system", "content": body.instructions})
     messages += items_to_messages(history)
     chat: dict[str, Any] = {"messages": messages}
-    chat.update((key, raw[key]) for key in PASS_THROUGH if key in raw)
+    chat.update((key, raw[key]) for key in ResponsesRequest.PASS_THROUGH if key in raw)
     if body.max_output_tokens is not None:
         chat["max_completion_tokens"] = body.max_output_tokens
     tools, choice = _tools_and_choice(body.tools, body.tool_choice)
@@ -110,6 +108,7 @@ def head(body: ResponsesRequest, chat: ChatCompletionRequest, model: str, respon
         tool_choice=body.tool_choice or "auto",
         tools=list(body.tools or ()),
         user=body.user,
+        ignored=body.ignored_fields,
     )
 
 

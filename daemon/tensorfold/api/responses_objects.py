@@ -38,6 +38,7 @@ class ResponseHead:
     tool_choice: Any = "auto"
     tools: list[dict[str, Any]] = field(default_factory=list)
     user: str | None = None
+    ignored: tuple[str, ...] = ()          # request fields no schema field takes
 
 
 def usage_json(usage: Usage) -> dict[str, Any]:
@@ -85,6 +86,8 @@ def response_json(head: ResponseHead, status: str, output: list[dict[str, Any]],
     }
     if finish is not None:
         body["tensorfold"] = stats_json(finish.stats)
+        if head.ignored:
+            body["tensorfold"]["ignored_fields"] = list(head.ignored)
     return body
 
 

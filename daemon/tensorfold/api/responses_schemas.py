@@ -15,9 +15,9 @@ top_logprobs.
 from __future__ import annotations
 
 import copy
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, PrivateAttr
 
 from .fields import ModelName, OptionalBool, PositiveInt, _kind, fail, unsupported
 from .schemas import StrictModel
@@ -214,3 +214,13 @@ class ResponsesRequest(StrictModel):
     prompt: PromptTemplate = None
     truncation: Truncation = None
     top_logprobs: TopLogprobs = None
+    # chat fields a Responses body may carry: passed to the chat request as they are
+    PASS_THROUGH: ClassVar[tuple[str, ...]] = (
+        "temperature", "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos", "draft", "thinking_budget",
+        "chat_template_kwargs", "priority", "parallel_tool_calls")
+    # body fields neither takes: listed in the response's tensorfold block (parsing.validate)
+    _ignored: tuple[str, ...] = PrivateAttr(default=())
+
+    @property
+    def ignored_fields(self) -> tuple[str, ...]:
+        return self._ignored

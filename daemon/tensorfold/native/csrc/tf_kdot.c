@@ -12,6 +12,7 @@
 #include "tf_dot.h"
 #include "tf_lanes.h"
 #include "tf_ops.h"
+#include "tf_pool.h"
 
 #include <math.h>
 
@@ -440,13 +441,23 @@ static void file_codes(const uint8_t *s, int b, int *sc, int *mn) {
     }
 }
 
-/* The grouped records of n outputs from GGUF's Q4_K (144-byte), Q5_K (176) or Q6_K
- * (210) super-blocks, raw [n][k/256]; q and s zeroed, ceil(n/8) groups long (the
- * outputs past n stay zero). */
-void tf_kpack(int fmt, const uint8_t *raw, int n, int k, uint8_t *q, uint8_t *s) {
-    int64_t nsb = k / 256, QB = bits_bytes(fmt), MB = meta_bytes(fmt);
+typedef struct {
+    int fmt, n, k;
+    const uint8_t *raw;
+    uint8_t *q, *s;
+} kpack_job;
+
+/* The rows of groups [ith/nth, (ith+1)/nth) of the whole: threads never share a record. */
+static void kpack_rows(void *ctx, int ith, int nth) {
+    const kpack_job *p = ctx;
+    int fmt = p->fmt;
+    int64_t nsb = p->k / 256, QB = bits_bytes(fmt), MB = meta_bytes(fmt), groups = (p->n + 7) / 8;
+    int64_t r0 = groups * ith / nth * 8, r1 = groups * (ith + 1) / nth * 8;
+    if (r1 > p->n) r1 = p->n;
     int TS = fmt == TF_K4 ? 144 : fmt == TF_K5 ? 176 : 210;
-    for (int64_t row = 0; row < n; row++)
+    const uint8_t *raw = p->raw;
+    uint8_t *q = p->q, *s = p->s;
+    for (int64_t row = r0; row < r1; row++)
         for (int64_t j = 0; j < nsb; j++) {
             const uint8_t *blk = raw + (row * nsb + j) * TS;
             int64_t g = row / 8, t = row % 8;
@@ -497,4 +508,12 @@ void tf_kpack(int fmt, const uint8_t *raw, int n, int k, uint8_t *q, uint8_t *s)
                 memcpy(so + KG_DMIN + 2 * t, blk + 2, 2);
             }
         }
+}
+
+/* The grouped records of n outputs from GGUF's Q4_K (144-byte), Q5_K (176) or Q6_K
+ * (210) super-blocks, raw [n][k/256]; q and s zeroed, ceil(n/8) groups long (the
+ * outputs past n stay zero).  Large weights are split among the pool's threads. */
+void tf_kpack(int fmt, const uint8_t *raw, int n, int k, uint8_t *q, uint8_t *s) {
+    kpack_job job = {fmt, n, k, raw, q, s};
+    tf_pool_run(kpack_rows, &job, (int64_t)n * k >= (1 << 20) ? 0 : 1);
 }
