@@ -204,9 +204,9 @@ TF_AVX2 TF_INLINE const uint8_t *krecord(const tf_weight *w, int64_t g, int64_t 
 }
 
 /* A tile of RT rows x one group, one super-block at a time.  AVX2: each 32-byte half
- * (4 outputs x 8 inputs) times the row's eight bytes broadcast (maddubs, at most
- * 2 * 63 * 127), madd with the codes as int16 pairs, summed exactly in int32 lane
- * pairs; the pairs added at the end of the super-block. */
+ * (4 outputs x 8 inputs) times the row's eight bytes broadcast (maddubs), a few
+ * vectors' pair sums added in int16, madd with the codes as int16 pairs, summed
+ * exactly in int32 lane pairs; the pairs added at the end of the super-block. */
 TF_AVX2 TF_INLINE void ktile_avx2(const tf_weight *w, int64_t g, const tf_acts *a, int r0, int RT,
                                   float *y, int ldy, int n0, int n1, int ahead, int F) {
     int64_t k = w->k, nsb = k / 256;
@@ -223,12 +223,21 @@ TF_AVX2 TF_INLINE void ktile_avx2(const tf_weight *w, int64_t g, const tf_acts *
                 __m256i c16 = F == TF_K6 ? _mm256_cvtepi8_epi32(o ? _mm_srli_si128(c, 8) : c)
                                          : _mm256_cvtepu8_epi32(o ? _mm_srli_si128(c, 8) : c);
                 c16 = _mm256_blend_epi16(c16, _mm256_slli_epi32(c16, 16), 0xAA);
-                _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {
-                    __m256i wv = kunpack(F, q, b, m, o);
-                    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {
-                        __m256i x = _mm256_set1_epi64x(x8(xq + r * k + 32 * b + 8 * m));
-                        tot[o][r] = _mm256_add_epi32(tot[o][r], _mm256_madd_epi16(_mm256_maddubs_epi16(wv, x), c16));
+                /* int16 pair sums of up to STEP vectors: at most 4 * 2 * 31 * 127 (K4/K5) or
+                 * 2 * 2 * 63 * 127 (K6), inside int16; then one madd with the codes */
+                const int STEP = F == TF_K6 ? 2 : 4;
+                _Pragma("GCC unroll 2") for (int m0 = 0; m0 < 4; m0 += STEP) {
+                    __m256i p16[8];
+                    _Pragma("GCC unroll 4") for (int m = m0; m < m0 + STEP; m++) {
+                        __m256i wv = kunpack(F, q, b, m, o);
+                        _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {
+                            __m256i x = _mm256_set1_epi64x(x8(xq + r * k + 32 * b + 8 * m));
+                            __m256i pr = _mm256_maddubs_epi16(wv, x);
+                            p16[r] = m == m0 ? pr : _mm256_add_epi16(p16[r], pr);
+                        }
                     }
+                    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
+                        tot[o][r] = _mm256_add_epi32(tot[o][r], _mm256_madd_epi16(p16[r], c16));
                 }
             }
         }
