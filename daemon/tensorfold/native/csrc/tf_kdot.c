@@ -203,58 +203,40 @@ TF_AVX2 TF_INLINE const uint8_t *krecord(const tf_weight *w, int64_t g, int64_t 
     return kbits(w, g, j);
 }
 
-/* A tile of RT rows x one group, one super-block at a time.  AVX2: each 32-byte half
- * (4 outputs x 8 inputs) times the row's eight bytes broadcast (maddubs), a few
- * vectors' pair sums added in int16, madd with the codes as int16 pairs, summed
- * exactly in int32 lane pairs; the pairs added at the end of the super-block. */
-TF_AVX2 TF_INLINE void ktile_avx2(const tf_weight *w, int64_t g, const tf_acts *a, int r0, int RT,
-                                  float *y, int ldy, int n0, int n1, int ahead, int F) {
-    int64_t k = w->k, nsb = k / 256;
-    __m256 acc[8];
-    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) acc[r] = _mm256_setzero_ps();
-    for (int64_t j = 0; j < nsb; j++) {
-        const uint8_t *q = krecord(w, g, j, ahead), *meta = kmeta(w, g, j);
-        const int8_t *xq = a->qk + (int64_t)r0 * k + j * 256;
-        __m256i tot[2][8];
-        _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) tot[0][r] = tot[1][r] = _mm256_setzero_si256();
-        _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++) {
-            __m128i c = kblock_codes(F, meta, b);
-            _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
-                __m256i c16 = F == TF_K6 ? _mm256_cvtepi8_epi32(o ? _mm_srli_si128(c, 8) : c)
-                                         : _mm256_cvtepu8_epi32(o ? _mm_srli_si128(c, 8) : c);
-                c16 = _mm256_blend_epi16(c16, _mm256_slli_epi32(c16, 16), 0xAA);
-                /* int16 pair sums of up to STEP vectors: at most 4 * 2 * 31 * 127 (K4/K5) or
-                 * 2 * 2 * 63 * 127 (K6), inside int16; then one madd with the codes */
-                const int STEP = F == TF_K6 ? 2 : 4;
-                _Pragma("GCC unroll 2") for (int m0 = 0; m0 < 4; m0 += STEP) {
-                    __m256i p16[8];
-                    _Pragma("GCC unroll 4") for (int m = m0; m < m0 + STEP; m++) {
-                        __m256i wv = kunpack(F, q, b, m, o);
-                        _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {
-                            __m256i x = _mm256_set1_epi64x(x8(xq + r * k + 32 * b + 8 * m));
-                            __m256i pr = _mm256_maddubs_epi16(wv, x);
-                            p16[r] = m == m0 ? pr : _mm256_add_epi16(p16[r], pr);
-                        }
+/* AVX2, one super-block: each 32-byte half (4 outputs x 8 inputs) times the row's
+ * eight bytes broadcast (maddubs), a few vectors' pair sums added in int16 (at most
+ * 4 * 2 * 31 * 127 for K4/K5, 2 * 2 * 63 * 127 for K6), madd with the codes as int16
+ * pairs, summed exactly in int32 lane pairs; I[r] lane t: output t's total. */
+TF_AVX2 TF_INLINE void ktotals_avx2(int F, const uint8_t *q, const uint8_t *meta, const int8_t *xq, int64_t k,
+                                    int RT, __m256i *I) {
+    __m256i tot[2][8];
+    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) tot[0][r] = tot[1][r] = _mm256_setzero_si256();
+    _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++) {
+        __m128i c = kblock_codes(F, meta, b);
+        _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
+            __m256i c16 = F == TF_K6 ? _mm256_cvtepi8_epi32(o ? _mm_srli_si128(c, 8) : c)
+                                     : _mm256_cvtepu8_epi32(o ? _mm_srli_si128(c, 8) : c);
+            c16 = _mm256_blend_epi16(c16, _mm256_slli_epi32(c16, 16), 0xAA);
+            const int STEP = F == TF_K6 ? 2 : 4;
+            _Pragma("GCC unroll 2") for (int m0 = 0; m0 < 4; m0 += STEP) {
+                __m256i p16[8];
+                _Pragma("GCC unroll 4") for (int m = m0; m < m0 + STEP; m++) {
+                    __m256i wv = kunpack(F, q, b, m, o);
+                    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {
+                        __m256i pr = _mm256_maddubs_epi16(wv, _mm256_set1_epi64x(x8(xq + r * k + 32 * b + 8 * m)));
+                        p16[r] = m == m0 ? pr : _mm256_add_epi16(p16[r], pr);
                     }
-                    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
-                        tot[o][r] = _mm256_add_epi32(tot[o][r], _mm256_madd_epi16(p16[r], c16));
                 }
+                _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
+                    tot[o][r] = _mm256_add_epi32(tot[o][r], _mm256_madd_epi16(p16[r], c16));
             }
         }
-        __m256 dv, dm;
-        __m256i pairs[8];
-        kscales8(F, meta, &dv, &dm, pairs);
-        _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) {
-            int64_t row = r0 + r;
-            __m256i I = _mm256_permute4x64_epi64(_mm256_hadd_epi32(tot[0][r], tot[1][r]), 0xD8);
-            acc[r] = kfinish(F, I, pairs, a->bs + (row * nsb + j) * 16, a->sk[row * nsb + j], dv, dm, acc[r]);
-        }
     }
-    _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) kstore(y + (int64_t)(r0 + r) * ldy, g, n0, n1, acc[r]);
+    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
+        I[r] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(tot[0][r], tot[1][r]), 0xD8);
 }
 
-/* AVX-512 VNNI: a record's 64-byte vectors whole; dpbusd sums per code unit, one
- * multiply by the codes per unit, the lane pairs added at the end of the super-block. */
+/* Vector (b, m) of a record whole: the eight outputs' values of block b, inputs 8m..8m+7. */
 TF_VNNI TF_INLINE __m512i kunpack512(int F, const uint8_t *q, int b, int m) {
     const __m512i m4 = _mm512_set1_epi8(15);
     __m512i v = _mm512_loadu_si512((const void *)(q + KG_NIB + 64 * (4 * (b / 2) + m)));
@@ -273,40 +255,52 @@ TF_VNNI TF_INLINE __m512i kunpack512(int F, const uint8_t *q, int b, int m) {
     return v;
 }
 
-TF_VNNI TF_INLINE void ktile_vnni(const tf_weight *w, int64_t g, const tf_acts *a, int r0, int RT,
-                                  float *y, int ldy, int n0, int n1, int ahead, int F) {
-    int64_t k = w->k, nsb = k / 256;
-    __m256 acc[8];
-    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) acc[r] = _mm256_setzero_ps();
-    for (int64_t j = 0; j < nsb; j++) {
-        const uint8_t *q = krecord(w, g, j, ahead), *meta = kmeta(w, g, j);
-        const int8_t *xq = a->qk + (int64_t)r0 * k + j * 256;
-        __m512i tot[8], s[8];
-        _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) tot[r] = _mm512_setzero_si512();
-        _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++) {
-            _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) s[r] = _mm512_setzero_si512();
-            _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {
-                __m512i wv = kunpack512(F, q, b, m);
-                _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
-                    s[r] = _mm512_dpbusd_epi32(s[r], wv, _mm512_set1_epi64(x8(xq + r * k + 32 * b + 8 * m)));
-            }
-            __m128i c = kblock_codes(F, meta, b);
-            __m512i c32 = F == TF_K6 ? _mm512_cvtepi8_epi32(c) : _mm512_cvtepu8_epi32(c);
+/* AVX-512 VNNI, one super-block: dpbusd sums per block, one multiply by the codes per
+ * block, the lane pairs added at the end; I[r] lane t: output t's total. */
+TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *meta, const int8_t *xq, int64_t k,
+                                    int RT, __m256i *I) {
+    __m512i tot[8], s[8];
+    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) tot[r] = _mm512_setzero_si512();
+    _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++) {
+        _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) s[r] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {
+            __m512i wv = kunpack512(F, q, b, m);
             _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
-                tot[r] = _mm512_add_epi32(tot[r], _mm512_mullo_epi32(s[r], c32));
+                s[r] = _mm512_dpbusd_epi32(s[r], wv, _mm512_set1_epi64(x8(xq + r * k + 32 * b + 8 * m)));
         }
-        __m256 dv, dm;
-        __m256i pairs[8];
-        kscales8(F, meta, &dv, &dm, pairs);
-        _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {
-            int64_t row = r0 + r;
-            /* lane pair (2t, 2t + 1) -> lane t: the low half of each 64-bit lane's sum */
-            __m256i I = _mm512_cvtepi64_epi32(_mm512_add_epi64(tot[r], _mm512_srli_epi64(tot[r], 32)));
-            acc[r] = kfinish(F, I, pairs, a->bs + (row * nsb + j) * 16, a->sk[row * nsb + j], dv, dm, acc[r]);
-        }
+        __m128i c = kblock_codes(F, meta, b);
+        __m512i c32 = F == TF_K6 ? _mm512_cvtepi8_epi32(c) : _mm512_cvtepu8_epi32(c);
+        _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
+            tot[r] = _mm512_add_epi32(tot[r], _mm512_mullo_epi32(s[r], c32));
     }
-    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) kstore(y + (int64_t)(r0 + r) * ldy, g, n0, n1, acc[r]);
+    /* lane pair (2t, 2t + 1) -> lane t: the low half of each 64-bit lane's sum */
+    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
+        I[r] = _mm512_cvtepi64_epi32(_mm512_add_epi64(tot[r], _mm512_srli_epi64(tot[r], 32)));
 }
+
+/* A tile of RT rows x one group, one super-block at a time: the ISA's exact totals
+ * (TOTALS), then the K dot's fp32 steps; rows stored whole groups at a time. */
+#define TF_KTILE(NAME, ATTR, TOTALS)                                                                 \
+ATTR TF_INLINE void NAME(const tf_weight *w, int64_t g, const tf_acts *a, int r0, int RT,            \
+                         float *y, int ldy, int n0, int n1, int ahead, int F) {                     \
+    int64_t k = w->k, nsb = k / 256;                                                                \
+    __m256 acc[8];                                                                                  \
+    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) acc[r] = _mm256_setzero_ps();              \
+    for (int64_t j = 0; j < nsb; j++) {                                                             \
+        const uint8_t *meta = kmeta(w, g, j);                                                       \
+        __m256i I[8], pairs[8];                                                                     \
+        TOTALS(F, krecord(w, g, j, ahead), meta, a->qk + (int64_t)r0 * k + j * 256, k, RT, I);     \
+        __m256 dv, dm;                                                                              \
+        kscales8(F, meta, &dv, &dm, pairs);                                                         \
+        _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {                                      \
+            int64_t row = r0 + r;                                                                   \
+            acc[r] = kfinish(F, I[r], pairs, a->bs + (row * nsb + j) * 16, a->sk[row * nsb + j], dv, dm, acc[r]); \
+        }                                                                                           \
+    }                                                                                               \
+    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) kstore(y + (int64_t)(r0 + r) * ldy, g, n0, n1, acc[r]); \
+}
+TF_KTILE(ktile_avx2, TF_AVX2, ktotals_avx2)
+TF_KTILE(ktile_vnni, TF_VNNI, ktotals_vnni)
 
 #define TF_KSHAPE(NAME, ATTR, f, F, RT)                                                              \
 ATTR __attribute__((noinline)) static void NAME##_##f##_##RT(                                       \
