@@ -41,11 +41,22 @@ static inline uint16_t u16_at(const uint8_t *p) {
     return v;
 }
 
+/* Where a record keeps things (the one statement of the layout every path reads and
+ * the packer writes): the 64-byte vectors of block b's nibbles and high bits at
+ * positions 8m..8m+7 (kpos: inputs 4m..4m+3 and 16+4m..16+4m+3), output t's bytes
+ * at 8t in each; and the byte of output t's code (K6: of half h) and min code. */
+static inline int knib_at(int b, int m) { return KG_NIB + 64 * (4 * (b / 2) + m); }
+static inline int khigh_at(int fmt, int b, int m) { return KG_HIGH + 64 * (fmt == TF_K6 ? 4 * (b / 4) + m : m); }
+static inline int kcode_at(int fmt, int t, int b, int h) {
+    return fmt == TF_K6 ? K6_CODE + 8 * (8 * h + b) + t : KG_SC + 8 * b + t;
+}
+static inline int kmin_at(int t, int b) { return KG_MN + 16 * (b / 2) + 2 * t + b % 2; }
+
 /* Output t's code for inputs 16h..16h+15 of block b (K4/K5: one code per block). */
 static inline int kcode(int fmt, const uint8_t *meta, int t, int b, int h) {
-    return fmt == TF_K6 ? (int8_t)meta[K6_CODE + 8 * (8 * h + b) + t] : meta[KG_SC + 8 * b + t];
+    return fmt == TF_K6 ? (int8_t)meta[kcode_at(fmt, t, b, h)] : meta[kcode_at(fmt, t, b, h)];
 }
-static inline int kmin_code(const uint8_t *meta, int t, int b) { return meta[KG_MN + 16 * (b / 2) + 2 * t + b % 2]; }
+static inline int kmin_code(const uint8_t *meta, int t, int b) { return meta[kmin_at(t, b)]; }
 
 /* The super-scales D (and Dm = -dmin for K4/K5) of output t, exactly widened from fp16. */
 static inline float kscale(const uint8_t *meta, int t) { return tf_h2f(u16_at(meta + KG_D + 2 * t)); }
@@ -59,10 +70,10 @@ static inline int kpos(int e) { return e / 32 * 32 + (e % 16) / 4 * 8 + (e % 32)
 /* The integer value (K6: with its -32) of output t's element e (0..255) of a record. */
 static int kq_at(int fmt, const uint8_t *q, int t, int e) {
     int p = kpos(e), b = e / 32, m = (p % 32) / 8, at = 8 * t + p % 8;
-    int v = q[KG_NIB + 64 * (4 * (b / 2) + m) + at];
+    int v = q[knib_at(b, m) + at];
     v = b % 2 ? v >> 4 : v & 15;
-    if (fmt == TF_K5) v |= ((q[KG_HIGH + 64 * m + at] >> b) & 1) << 4;
-    if (fmt == TF_K6) v = (v | ((q[KG_HIGH + 64 * (4 * (b / 4) + m) + at] >> (2 * (b % 4))) & 3) << 4) - 32;
+    if (fmt == TF_K5) v |= ((q[khigh_at(fmt, b, m) + at] >> b) & 1) << 4;
+    if (fmt == TF_K6) v = (v | ((q[khigh_at(fmt, b, m) + at] >> (2 * (b % 4))) & 3) << 4) - 32;
     return v;
 }
 
@@ -114,16 +125,16 @@ static void krows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, floa
  * (32 bytes: outputs 4o..4o+3, from byte 32o; F, b, m and o constants). */
 TF_AVX2 TF_INLINE __m256i kunpack(int F, const uint8_t *q, int b, int m, int o) {
     const __m256i m4 = _mm256_set1_epi8(15);
-    __m256i v = _mm256_loadu_si256((const __m256i *)(q + KG_NIB + 64 * (4 * (b / 2) + m) + 32 * o));
+    __m256i v = _mm256_loadu_si256((const __m256i *)(q + knib_at(b, m) + 32 * o));
     v = b % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
     if (F == TF_K5) {       /* bit b of each high byte to bit 4 (16-bit shifts keep it in its byte) */
-        __m256i x = _mm256_loadu_si256((const __m256i *)(q + KG_HIGH + 64 * m + 32 * o));
+        __m256i x = _mm256_loadu_si256((const __m256i *)(q + khigh_at(F, b, m) + 32 * o));
         x = b < 4 ? _mm256_slli_epi16(x, 4 - b) : _mm256_srli_epi16(x, b - 4);
         v = _mm256_or_si256(v, _mm256_and_si256(x, _mm256_set1_epi8(0x10)));
     }
     if (F == TF_K6) {       /* bits 2c, 2c + 1 to bits 4, 5 */
         int c = b % 4;
-        __m256i x = _mm256_loadu_si256((const __m256i *)(q + KG_HIGH + 64 * (4 * (b / 4) + m) + 32 * o));
+        __m256i x = _mm256_loadu_si256((const __m256i *)(q + khigh_at(F, b, m) + 32 * o));
         x = c == 0 ? _mm256_slli_epi16(x, 4) : c == 1 ? _mm256_slli_epi16(x, 2) : c == 2 ? x : _mm256_srli_epi16(x, 2);
         v = _mm256_or_si256(v, _mm256_and_si256(x, _mm256_set1_epi8(0x30)));
     }
@@ -133,9 +144,8 @@ TF_AVX2 TF_INLINE __m256i kunpack(int F, const uint8_t *q, int b, int m, int o) 
 /* Block b's codes for the lane pairs (2t, 2t + 1), the block's two 16-input halves
  * (K4/K5: one code, twice), as 16 bytes. */
 TF_AVX2 TF_INLINE __m128i kblock_codes(int F, const uint8_t *meta, int b) {
-    const uint8_t *p = meta + (F == TF_K6 ? K6_CODE + 8 * b : KG_SC + 8 * b);
-    __m128i c = _mm_loadl_epi64((const __m128i *)p);
-    return _mm_unpacklo_epi8(c, F == TF_K6 ? _mm_loadl_epi64((const __m128i *)(p + 64)) : c);
+    __m128i c = _mm_loadl_epi64((const __m128i *)(meta + kcode_at(F, 0, b, 0)));
+    return _mm_unpacklo_epi8(c, F == TF_K6 ? _mm_loadl_epi64((const __m128i *)(meta + kcode_at(F, 0, b, 1))) : c);
 }
 
 /* Eight activation bytes of a row, in every lane pair. */
@@ -171,14 +181,14 @@ TF_AVX2 TF_INLINE void kscales8(int F, const uint8_t *meta, __m256 *dv, __m256 *
     *dm = _mm256_setzero_ps();
     if (F == TF_K6) {
         _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
-            const uint8_t *cp = meta + K6_CODE + 16 * i;
+            const uint8_t *cp = meta + kcode_at(F, 0, 2 * i % 8, 2 * i / 8);   /* codes 2i, 2i + 1 of [h][b] */
             pairs[i] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)cp),
                                                               _mm_loadl_epi64((const __m128i *)(cp + 8))));
         }
     } else {
         *dm = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + KG_DMIN))));
         _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)
-            pairs[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(meta + KG_MN + 16 * p)));
+            pairs[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(meta + kmin_at(0, 2 * p))));
     }
 }
 
@@ -239,16 +249,16 @@ TF_AVX2 TF_INLINE void ktotals_avx2(int F, const uint8_t *q, const uint8_t *meta
 /* Vector (b, m) of a record whole: the eight outputs' values of block b, inputs 8m..8m+7. */
 TF_VNNI TF_INLINE __m512i kunpack512(int F, const uint8_t *q, int b, int m) {
     const __m512i m4 = _mm512_set1_epi8(15);
-    __m512i v = _mm512_loadu_si512((const void *)(q + KG_NIB + 64 * (4 * (b / 2) + m)));
+    __m512i v = _mm512_loadu_si512((const void *)(q + knib_at(b, m)));
     v = b % 2 ? _mm512_and_si512(_mm512_srli_epi16(v, 4), m4) : _mm512_and_si512(v, m4);
     if (F == TF_K5) {
-        __m512i x = _mm512_loadu_si512((const void *)(q + KG_HIGH + 64 * m));
+        __m512i x = _mm512_loadu_si512((const void *)(q + khigh_at(F, b, m)));
         x = b < 4 ? _mm512_slli_epi16(x, 4 - b) : _mm512_srli_epi16(x, b - 4);
         v = _mm512_or_si512(v, _mm512_and_si512(x, _mm512_set1_epi8(0x10)));
     }
     if (F == TF_K6) {
         int c = b % 4;
-        __m512i x = _mm512_loadu_si512((const void *)(q + KG_HIGH + 64 * (4 * (b / 4) + m)));
+        __m512i x = _mm512_loadu_si512((const void *)(q + khigh_at(F, b, m)));
         x = c == 0 ? _mm512_slli_epi16(x, 4) : c == 1 ? _mm512_slli_epi16(x, 2) : c == 2 ? x : _mm512_srli_epi16(x, 2);
         v = _mm512_or_si512(v, _mm512_and_si512(x, _mm512_set1_epi8(0x30)));
     }
@@ -345,14 +355,14 @@ TF_KKERNELS(ktile_vnni, TF_VNNI, 8)
 #ifdef TF_NEON
 /* Outputs 2o, 2o + 1's values of block b, inputs 8m..8m+7 (0..63, so valid as int8). */
 static inline int8x16_t kunpack_neon(int F, const uint8_t *q, int b, int m, int o) {
-    uint8x16_t v = vld1q_u8(q + KG_NIB + 64 * (4 * (b / 2) + m) + 16 * o);
+    uint8x16_t v = vld1q_u8(q + knib_at(b, m) + 16 * o);
     v = b % 2 ? vshrq_n_u8(v, 4) : vandq_u8(v, vdupq_n_u8(15));
     if (F == TF_K5) {
-        uint8x16_t x = vandq_u8(vshlq_u8(vld1q_u8(q + KG_HIGH + 64 * m + 16 * o), vdupq_n_s8((int8_t)-b)), vdupq_n_u8(1));
+        uint8x16_t x = vandq_u8(vshlq_u8(vld1q_u8(q + khigh_at(F, b, m) + 16 * o), vdupq_n_s8((int8_t)-b)), vdupq_n_u8(1));
         v = vorrq_u8(v, vshlq_n_u8(x, 4));
     }
     if (F == TF_K6) {
-        uint8x16_t x = vld1q_u8(q + KG_HIGH + 64 * (4 * (b / 4) + m) + 16 * o);
+        uint8x16_t x = vld1q_u8(q + khigh_at(F, b, m) + 16 * o);
         x = vandq_u8(vshlq_u8(x, vdupq_n_s8((int8_t)(-2 * (b % 4)))), vdupq_n_u8(3));
         v = vorrq_u8(v, vshlq_n_u8(x, 4));
     }
@@ -479,30 +489,30 @@ static void kpack_rows(void *ctx, int ith, int nth) {
                     }
                 }
             for (int e = 0; e < 32; e++) {
-                int p = kpos(e), at = 64 * (p / 8) + 8 * (int)t + p % 8;
-                for (int p = 0; p < 4; p++)
-                    qo[KG_NIB + 256 * p + at] = (uint8_t)((v[2 * p][e] & 15) | (v[2 * p + 1][e] & 15) << 4);
+                int pos = kpos(e), m = pos / 8, at = 8 * (int)t + pos % 8;
+                for (int b = 0; b < 8; b += 2)
+                    qo[knib_at(b, m) + at] = (uint8_t)((v[b][e] & 15) | (v[b + 1][e] & 15) << 4);
                 if (fmt == TF_K5) {
                     int hb = 0;
                     for (int b = 0; b < 8; b++) hb |= (v[b][e] >> 4) << b;
-                    qo[KG_HIGH + at] = (uint8_t)hb;
+                    qo[khigh_at(fmt, 0, m) + at] = (uint8_t)hb;
                 }
                 if (fmt == TF_K6)
-                    for (int h = 0; h < 2; h++) {
+                    for (int b = 0; b < 8; b += 4) {
                         int hb = 0;
-                        for (int c = 0; c < 4; c++) hb |= (v[4 * h + c][e] >> 4) << (2 * c);
-                        qo[KG_HIGH + 256 * h + at] = (uint8_t)hb;
+                        for (int c = 0; c < 4; c++) hb |= (v[b + c][e] >> 4) << (2 * c);
+                        qo[khigh_at(fmt, b, m) + at] = (uint8_t)hb;
                     }
             }
             for (int b = 0; b < 8; b++) {
                 if (fmt == TF_K6) {
-                    so[K6_CODE + 8 * b + t] = blk[192 + 2 * b];
-                    so[K6_CODE + 8 * (8 + b) + t] = blk[192 + 2 * b + 1];
+                    so[kcode_at(fmt, (int)t, b, 0)] = blk[192 + 2 * b];
+                    so[kcode_at(fmt, (int)t, b, 1)] = blk[192 + 2 * b + 1];
                 } else {
                     int sc, mn;
                     file_codes(blk + 4, b, &sc, &mn);
-                    so[KG_SC + 8 * b + t] = (uint8_t)sc;
-                    so[KG_MN + 16 * (b / 2) + 2 * t + b % 2] = (uint8_t)mn;
+                    so[kcode_at(fmt, (int)t, b, 0)] = (uint8_t)sc;
+                    so[kmin_at((int)t, b)] = (uint8_t)mn;
                 }
             }
             if (fmt == TF_K6) memcpy(so + KG_D + 2 * t, blk + 208, 2);
