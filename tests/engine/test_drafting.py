@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import torch
 
 from tensorfold.engine.constraints import ForceToken, LogitAdjust
 from tensorfold.engine.types import SamplingParams
@@ -157,7 +158,7 @@ def test_penalties_and_bias_drafted_equal_serial(engine):
         for i in range(6):
             prompt = chat_prompt(engine, TEXTS[i % len(TEXTS)])
             rule = LogitAdjust(bias=((13, 1.5), (29, -3.0)), frequency=0.3 * (i % 3), presence=0.2 * (i % 2),
-                               repetition=1.0 + 0.1 * (i % 4), prompt_seen=tuple(sorted(set(prompt))))
+                               repetition=1.0 + 0.1 * (i % 4), prompt_seen=torch.unique(torch.tensor(prompt)))
             out.append(make_request(prompt, rid=f"p{i}-{draft}", max_tokens=48, ignore_eos=True,
                                     sampling=SAMPLINGS[i % len(SAMPLINGS)], draft=draft, constraints=(rule,)))
         return out

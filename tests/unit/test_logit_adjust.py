@@ -8,7 +8,7 @@ from tensorfold.engine.constraints import LogitAdjust
 
 def test_bias_then_counts_then_repetition():
     logits = torch.tensor([1.0, -2.0, 3.0, 0.5, -1.0])
-    rule = LogitAdjust(bias=((0, 2.0), (4, -1.0)), frequency=0.5, presence=0.25, repetition=2.0, prompt_seen=(3,))
+    rule = LogitAdjust(bias=((0, 2.0), (4, -1.0)), frequency=0.5, presence=0.25, repetition=2.0, prompt_seen=torch.tensor([3]))
     rule.mask([2, 2, 1], logits)
     want = torch.tensor([3.0,                          # bias only
                          (-2.0 - (0.5 + 0.25)) * 2.0,  # once in the reply, then repetition (negative)
@@ -20,7 +20,7 @@ def test_bias_then_counts_then_repetition():
 
 def test_a_row_depends_only_on_the_tokens_before_it():
     base = torch.randn(50, generator=torch.Generator().manual_seed(0))
-    rule = LogitAdjust(frequency=0.7, presence=0.3, repetition=1.3, prompt_seen=(5, 6))
+    rule = LogitAdjust(frequency=0.7, presence=0.3, repetition=1.3, prompt_seen=torch.tensor([5, 6]))
     a, b = base.clone(), base.clone()
     rule.mask([1, 2, 2, 9], a)
     rule.mask((9, 2, 1, 2), b)                 # the same tokens in another order: the same counts

@@ -15,6 +15,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+import torch
+
 from ..checkpoints.errors import TemplateError
 from ..config import SamplingDefaults, ServerConfig
 from ..engine.constraints import LogitAdjust
@@ -239,5 +241,5 @@ def logit_rules(body: GenerationRequest, prompt: Sequence[int], vocab_size: int)
     if rule == LogitAdjust():
         return ()
     if rule.repetition != 1.0:
-        rule = dataclasses.replace(rule, prompt_seen=tuple(sorted(set(prompt))))
+        rule = dataclasses.replace(rule, prompt_seen=torch.unique(torch.tensor(prompt, dtype=torch.int64)))
     return (rule,)

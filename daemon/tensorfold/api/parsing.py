@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from functools import cache
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -86,8 +87,7 @@ def validate(model: type[M], body: dict[str, Any]) -> M:
     except ValidationError as exc:
         raise error_from(exc) from None
     if "_ignored" in getattr(model, "__private_attributes__", {}):
-        known = {f.alias or name for name, f in model.model_fields.items()} | set(model.model_fields)
-        known |= set(getattr(model, "PASS_THROUGH", ()))
+        known = _known_fields(model)
         ignored = tuple(sorted(k for k in body if k not in known))
         out._ignored = ignored
         for name in set(ignored) - _LOGGED:
@@ -98,6 +98,13 @@ def validate(model: type[M], body: dict[str, Any]) -> M:
 
 
 _LOGGED: set[str] = set()
+
+
+@cache
+def _known_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The body keys `model` takes: its fields, their aliases and what it passes through."""
+    names = {f.alias or name for name, f in model.model_fields.items()} | set(model.model_fields)
+    return frozenset(names | set(getattr(model, "PASS_THROUGH", ())))
 
 
 def error_from(exc: ValidationError) -> APIError:

@@ -36,8 +36,10 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def stats_json(stats: Stats) -> dict[str, Any]:
-    return {
+def stats_json(stats: Stats, ignored: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The `tensorfold` block: generation statistics, and the request's `ignored` fields
+    (those no schema field takes) when there are any."""
+    block: dict[str, Any] = {
         "token_sha": stats.token_sha,
         "time_to_first_token": _finite(stats.time_to_first_token),
         "decode_tokens_per_second": _finite(stats.decode_tokens_per_second),
@@ -47,16 +49,15 @@ def stats_json(stats: Stats) -> dict[str, Any]:
         "drafted": stats.drafted,
         "accepted": stats.accepted,
     }
+    if ignored:
+        block["ignored_fields"] = list(ignored)
+    return block
 
 
 def totals(finish: Finish, ignored: tuple[str, ...] = ()) -> dict[str, Any]:
     """`usage` and the `tensorfold` statistics block: what a whole reply, a
-    stream's finish chunk and its include_usage chunk each carry; the block lists
-    the request's `ignored` fields (those no schema field takes), when any."""
-    block = stats_json(finish.stats)
-    if ignored:
-        block["ignored_fields"] = list(ignored)
-    return {"usage": usage_json(finish.usage), "tensorfold": block}
+    stream's finish chunk and its include_usage chunk each carry."""
+    return {"usage": usage_json(finish.usage), "tensorfold": stats_json(finish.stats, ignored)}
 
 
 def finish_reason(finish: Finish) -> str:

@@ -85,9 +85,7 @@ def response_json(head: ResponseHead, status: str, output: list[dict[str, Any]],
         "user": head.user,
     }
     if finish is not None:
-        body["tensorfold"] = stats_json(finish.stats)
-        if head.ignored:
-            body["tensorfold"]["ignored_fields"] = list(head.ignored)
+        body["tensorfold"] = stats_json(finish.stats, head.ignored)
     return body
 
 

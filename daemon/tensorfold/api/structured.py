@@ -18,9 +18,9 @@ from ..engine.constraints import ThinkingBudget, ToolForce
 from ..engine.types import Request
 from ..grammar import GrammarError, GrammarSpec, GrammarUnavailable
 from . import errors
-from .tool_force import offered
+from .tool_force import forces_call, offered
 from .tool_prompt import ToolFormat
-from .tool_strict import forces_call, strict_call_ebnf
+from .tool_strict import strict_call_ebnf
 
 STRUCTURED_KINDS = {"json": "json_schema", "json_object": "json_object", "regex": "regex",
                     "choice": "choice", "grammar": "ebnf"}

@@ -12,11 +12,16 @@ from typing import Any
 
 from ..engine.constraints import ToolForce
 from . import errors
-from .tool_prompt import ToolFormat
+from .tool_prompt import CALL_OPEN, ToolFormat
 
 MARK = "tensorfold_tool_name_mark"
-USUAL = {"hermes": ('<tool_call>\n{"name": "', '"'), "qwen_xml": ("<tool_call>\n<function=", ">"),
+USUAL = {"hermes": (CALL_OPEN + '{"name": "', '"'), "qwen_xml": ("<tool_call>\n<function=", ">"),
          "glm": ("<tool_call>", "\n"), "gemma4": ("<|tool_call>call:", "{"), "json": ('{"name": "', '"')}
+
+
+def forces_call(body: Any) -> bool:
+    """tool_choice "required" or a named function."""
+    return body.tool_choice == "required" or isinstance(body.tool_choice, dict)
 
 
 def offered(body: Any) -> list[dict[str, Any]] | None:
@@ -53,7 +58,7 @@ def tool_force(engine: Any, body: Any, tools: list[dict[str, Any]] | None, fmt: 
                think: Any) -> ToolForce | None:
     """The forced-call rule, or None when the request does not force a call.
     `fmt`: the request's tool format (tool_prompt.tool_format)."""
-    if body.tool_choice != "required" and not isinstance(body.tool_choice, dict):
+    if not forces_call(body):
         return None
     if not tools:
         raise errors.invalid("tool_choice requires offered tools", param="tool_choice")

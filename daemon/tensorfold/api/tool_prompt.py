@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from ..parsers import parser_for_template
 
 CHATML = "<|im_start|>"
 BUILTIN = "hermes"
+CALL_OPEN, CALL_CLOSE = "<tool_call>\n", "\n</tool_call>"     # around a Hermes call's JSON
 
 TOOLS_INTRO = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
                "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
@@ -47,8 +49,10 @@ class ToolFormat:
     builtin: bool = False
 
 
+@lru_cache(maxsize=16)
 def tool_format(chat_template: str | None, tool_parser: str | None) -> ToolFormat:
-    """The format for a checkpoint's template and the server's --tool-parser."""
+    """The format for a checkpoint's template and the server's --tool-parser (the same
+    for every request of a server: cached, not sniffed again per call)."""
     template = chat_template or ""
     native = parser_for_template(template)
     chatml = native is None and CHATML in template
@@ -74,7 +78,7 @@ def call_block(call: dict[str, Any]) -> str:
         except ValueError:
             pass
     body = json.dumps({"name": fn.get("name", ""), "arguments": args}, ensure_ascii=False)
-    return f"<tool_call>\n{body}\n</tool_call>"
+    return f"{CALL_OPEN}{body}{CALL_CLOSE}"
 
 
 def hermes_messages(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:

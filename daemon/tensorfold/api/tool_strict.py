@@ -17,16 +17,12 @@ name is held to the offered ones and the model writes the arguments.
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Any
 
 from ..grammar.errors import GrammarError, load_xgrammar
-from .tool_prompt import ToolFormat
-
-OPEN, CLOSE = "<tool_call>\n", "\n</tool_call>"
-
-
-def forces_call(body: Any) -> bool:
-    return body.tool_choice == "required" or isinstance(body.tool_choice, dict)
+from .tool_force import forces_call
+from .tool_prompt import CALL_CLOSE, CALL_OPEN, ToolFormat
 
 
 def strict_call_ebnf(body: Any, tools: list[dict[str, Any]] | None, fmt: ToolFormat) -> str | None:
@@ -40,11 +36,17 @@ def strict_call_ebnf(body: Any, tools: list[dict[str, Any]] | None, fmt: ToolFor
               "properties": {"name": {"const": t["function"]["name"]},
                              "arguments": t["function"].get("parameters") or {"type": "object"}}}
              for t in tools]
-    schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    return _call_ebnf(json.dumps(calls[0] if len(calls) == 1 else {"anyOf": calls}))
+
+
+@lru_cache(maxsize=64)
+def _call_ebnf(schema: str) -> str:
+    """The call grammar for a JSON schema of the call object; built on the event loop,
+    so a client repeating its tools pays for it once."""
     xg = load_xgrammar()
     try:
-        call = xg.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False)
+        call = xg.Grammar.from_json_schema(schema, any_whitespace=False)
     except Exception as exc:             # xgrammar raises plain errors for schemas it cannot take
         raise GrammarError(str(exc), str(exc)) from exc
     text = lambda s: xg.Grammar.from_ebnf("root ::= " + json.dumps(s))  # noqa: E731
-    return str(xg.Grammar.concat(text(OPEN), call, text(CLOSE)))
+    return str(xg.Grammar.concat(text(CALL_OPEN), call, text(CALL_CLOSE)))

@@ -9,7 +9,7 @@ each remaining row's logits with the rule for that row's path.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -60,21 +60,26 @@ class LogitAdjust:
     frequency: float = 0.0
     presence: float = 0.0
     repetition: float = 1.0
-    prompt_seen: tuple[int, ...] = ()   # the prompt's distinct token ids (for repetition)
+    # the prompt's distinct token ids (for repetition), made once per request, not per row
+    prompt_seen: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64), compare=False)
 
     def allows(self, reply: Sequence[int], token: int) -> bool:
         return True
 
     def mask(self, reply: Sequence[int], logits: torch.Tensor) -> None:
+        dev = logits.device
         if self.bias:
-            ids = torch.tensor([t for t, _ in self.bias], dtype=torch.int64, device=logits.device)
-            logits[ids] += torch.tensor([b for _, b in self.bias], dtype=logits.dtype, device=logits.device)
-        if reply and (self.frequency or self.presence):
-            ids, counts = torch.unique(torch.tensor(list(reply), dtype=torch.int64, device=logits.device),
-                                       return_counts=True)
+            ids = torch.tensor([t for t, _ in self.bias], dtype=torch.int64, device=dev)
+            logits[ids] += torch.tensor([b for _, b in self.bias], dtype=logits.dtype, device=dev)
+        counted = reply and (self.frequency or self.presence)
+        if not counted and self.repetition == 1.0:
+            return
+        written = torch.tensor(list(reply), dtype=torch.int64, device=dev)
+        if counted:
+            ids, counts = torch.unique(written, return_counts=True)
             logits[ids] -= counts.to(logits.dtype) * self.frequency + self.presence
         if self.repetition != 1.0:
-            seen = torch.unique(torch.tensor([*self.prompt_seen, *reply], dtype=torch.int64, device=logits.device))
+            seen = torch.unique(torch.cat([self.prompt_seen.to(dev), written]))
             v = logits[seen]
             logits[seen] = torch.where(v > 0, v / self.repetition, v * self.repetition)
 
