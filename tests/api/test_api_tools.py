@@ -88,17 +88,18 @@ def text_of(reply) -> str:
     return m.content or "".join(c.function.name for c in m.tool_calls or [])
 
 
-@pytest.mark.parametrize("choice, name", [("required", "get_weather"),
-                                          ({"type": "function", "function": {"name": "get_time"}}, "get_time")])
-def test_forced_call_opens_with_an_offered_name(hermes, choice, name):
-    reply = forced(hermes, choice, [TOOL, OTHER])
-    message = reply.choices[0].message
-    if message.tool_calls:                       # the model wrote valid arguments
-        assert message.tool_calls[0].function.name == name
-    else:                                        # malformed arguments come back as content
-        assert message.content.startswith('<tool_call>\n{"name": "' + name + '"')
-    serial = forced(hermes, choice, [TOOL, OTHER], extra_body={"draft": False})
-    assert serial.model_extra["tensorfold"]["token_sha"] == reply.model_extra["tensorfold"]["token_sha"]
+@pytest.mark.parametrize("choice, names", [("required", {"get_weather", "get_time"}),
+                                           ({"type": "function", "function": {"name": "get_time"}}, {"get_time"})])
+def test_forced_call_is_one_call_to_an_offered_tool(hermes, choice, names):
+    """A forced Hermes call is held to a grammar even for tools that are not strict: the
+    reply is one call that parses, to an offered tool, with a JSON object as arguments."""
+    for seed in range(3):
+        reply = forced(hermes, choice, [TOOL, OTHER], seed=seed, max_tokens=120)
+        (call,) = reply.choices[0].message.tool_calls
+        assert call.function.name in names and isinstance(json.loads(call.function.arguments), dict)
+        assert reply.choices[0].finish_reason == "tool_calls"
+        serial = forced(hermes, choice, [TOOL, OTHER], seed=seed, max_tokens=120, extra_body={"draft": False})
+        assert serial.model_extra["tensorfold"]["token_sha"] == reply.model_extra["tensorfold"]["token_sha"]
 
 
 def test_forcing_an_unoffered_function_is_refused(hermes):

@@ -56,7 +56,7 @@ def restore_kernels():
     finally:
         L.tf_set_isa(L.tf_best_isa())
         set_pool(threads)
-        L.tf_set_soft_h2f(0)
+        L.tf_set_soft_fp16(0)
 
 
 def use_isa(i: int) -> None:
@@ -82,17 +82,16 @@ def same_bits(a, b) -> bool:
 
 # ============================================================================ tf_linear
 
-N, K = 37, 256          # 37 outputs: groups of 8 per thread with a ragged tail; K: whole Q5_K/Q6_K blocks
+N, K = 37, 256          # 37 outputs: groups of 8 and 16 with a ragged tail; K: whole Q5_K/Q6_K blocks
 
 
 def _hand_q8(flags: int, seed: int) -> Q.Packed:
-    """A Q8 weight built directly in the documented layout: int8 q (-128 included) and
-    float32 scale planes [n, S, k/32] (d[, m])."""
+    """A Q8 weight from the documented row-major form: int8 q (-128 included) and float32
+    scales [n, k/32] (d[, m])."""
     rng = np.random.default_rng(seed)
     q = rng.integers(-128, 128, (N, K), dtype=np.int8)
     planes = 1 + bool(flags & Q.HAS_MIN)
-    s = rng.uniform(-0.02, 0.02, (N, planes, K // 32)).astype(F32)
-    return Q.Packed(Q.FMT_Q8, flags, N, K, q, s)
+    return Q.pack_q8(N, K, flags, q, [rng.uniform(-0.02, 0.02, (N, K // 32)).astype(F32) for _ in range(planes)])
 
 
 def _packs() -> dict[str, Q.Packed]:
@@ -142,11 +141,8 @@ def acts(rows: int, seed: int) -> np.ndarray:
 
 def c_weight(p: Q.Packed, bias: np.ndarray | None = None) -> lib.Weight:
     """The C structure over p's arrays (p and bias must outlive it)."""
-    w = lib.Weight(p.fmt, p.flags, p.n, p.k, p.q.ctypes.data, p.s.ctypes.data if p.s.size else None,
-                   bias.ctypes.data if bias is not None else None)
-    if p.qh is not None:                       # the fifth bits of some layouts
-        w.qh = p.qh.ctypes.data
-    return w
+    return lib.Weight(p.fmt, p.flags, p.n, p.k, p.q.ctypes.data, p.s.ctypes.data if p.s.size else None,
+                      bias.ctypes.data if bias is not None else None)
 
 
 def linear(p: Q.Packed, x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
@@ -190,8 +186,8 @@ def test_linear_row_invariance(weight, isa):
             assert same_bits(linear(p, mixed, bias)[keep], alone[keep]), f"R={R} among other rows"
 
 
-@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q5_K, QT.Q6_K])
-def test_k_packing_is_the_same_on_any_thread_count(qtype):
+@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.Q4_1, QT.Q5_0, QT.Q8_0])
+def test_packing_is_the_same_on_any_thread_count(qtype):
     n, k = 301, 4096                  # past the size the packer splits among threads; a ragged group
     raw = random_raw(qtype, n, k, seed=9)
     packs = []
@@ -240,12 +236,12 @@ def test_linear_accuracy_against_float64(weight):
     w = Q.dequantize(p).astype(np.float64)
     b = np.zeros(p.n) if bias is None else bias.astype(np.float64)
     ref = xa @ w.T + b
-    # The kernel sums the exact int products of a block in fp32 (one rounding per block and
-    # lane), multiplies by xs * d (one rounding), and ends with tree8 + mac + bias: about
-    # k/32 + 6 roundings of 2^-24 each, relative to the sum of the magnitudes of what it adds
-    # (|x|*|q*d| and |x|*|m| separately, since the min term is accumulated on its own).
-    # Here that is ~14 * 6e-8 < 1e-6; 1e-5 leaves margin yet catches one activation rounded
-    # the wrong way (one q off by 1 in 256 terms of |q| ~ 60 is ~6e-5 of the scale).
+    # The kernel sums a block's (K: super-block's) int products exactly, scales the sum once
+    # by xs * d (two roundings) into one fp32 accumulator (one more), the min term likewise,
+    # then adds the bias: about 4 * k/32 + 1 roundings of 2^-24 each, relative to the sum of
+    # the magnitudes of what it adds (|x|*|q*d| and |x|*|m| separately).  Here that is
+    # ~33 * 6e-8 < 2e-6; 1e-5 leaves margin yet catches one activation rounded the wrong
+    # way (one q off by 1 in 256 terms of |q| ~ 60 is ~6e-5 of the scale).
     scale = np.abs(xa) @ (np.abs(w) + np.abs(weight_min(p).astype(np.float64))).T + np.abs(b)
     got = linear(p, x, bias)
     err = np.abs(got - ref)
@@ -340,6 +336,12 @@ def test_f2h_round_to_nearest_even():
     assert np.all(np.isnan(got[nan].view(np.float16)))
     bad = np.flatnonzero((got != ref) & ~nan)
     assert bad.size == 0, f"f2h({f[bad[0]]!r}) = {got[bad[0]]:#06x}, expected {ref[bad[0]]:#06x}"
+    # the row conversion (the KV write; F16C where present) gives tf_f2h's bits, NaN included
+    for soft in (0, 1):
+        L.tf_set_soft_fp16(soft)
+        rows = np.zeros(f.size, np.uint16)
+        L.tf_f2h_row(lib.ptr(f), lib.ptr(rows, C.c_uint16), f.size)
+        assert np.array_equal(rows, got), f"soft={soft}"
 
 
 # ============================================================================ rms_norm, silu_mul
@@ -497,7 +499,7 @@ def test_forward_logits_identical_however_run(folders, arch, weights):
     use_isa(0)
     assert_same(prefill(r, tokens, A), whole, "scalar ISA")
     use_isa(L.tf_best_isa())
-    L.tf_set_soft_h2f(1)
+    L.tf_set_soft_fp16(1)
     assert_same(prefill(r, tokens, A), whole, "software fp16 conversion")
 
 

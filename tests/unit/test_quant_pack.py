@@ -47,8 +47,8 @@ def test_gguf_repack_matches_gguf_reference(qtype, k):
     raw = random_raw(qtype, n, k, seed=k + int(qtype))
     p = Q.pack_gguf(qtype, raw, n, k)
     assert p.q.flags.c_contiguous and p.s.flags.c_contiguous
-    assert p.fmt in Q.K_FORMATS or p.s.shape[::2] == (n, k // 32)
-    assert p.fmt in Q.K_FORMATS or p.s.dtype == (np.float16 if p.flags & Q.HALF else np.float32)
+    assert p.q.dtype == p.s.dtype == np.uint8
+    assert Q.scales(p).shape[::2] == (n, k // 32)
     got = Q.dequantize(p)
     ref = gq.dequantize(raw, qtype).reshape(n, k).astype(np.float32)
     assert got.dtype == np.float32 and got.shape == (n, k)
@@ -85,28 +85,23 @@ def test_gguf_formats_shapes_and_sizes(qtype):
     p = Q.pack_gguf(qtype, random_raw(qtype, n, k), n, k)
     nb = k // 32
     assert (p.fmt, p.flags, p.n, p.k) == (fmt, flags, n, k)
-    if fmt in Q.K_FORMATS:          # in groups of eight outputs, the last one padded
-        assert Q.nbytes(p) * 32 == per32 * 8 * k
-        assert p.q.dtype == np.uint8 and p.s.dtype == np.uint8 and p.qh is None
-        assert p.q.shape[0] == p.s.shape[0] == 1 and p.q.shape[1] % 32 == 0
-        assert Q.scales(p).shape == (n, 2, nb) and Q.values(p).shape == (n, nb, 32)
+    # in groups of outputs (K: eight, blocks: sixteen), the last one padded; records on
+    # 64-byte boundaries
+    size = 8 if fmt in Q.K_FORMATS else 16
+    assert Q.nbytes(p) * 32 == per32 * size * k and Q.nbytes(p) == p.q.nbytes + p.s.nbytes
+    assert p.q.dtype == np.uint8 and p.s.dtype == np.uint8
+    assert p.q.shape[0] == p.s.shape[0] == 1 and p.q.shape[1] % 64 == 0
+    assert p.q.ctypes.data % 64 == 0 and p.s.ctypes.data % 64 == 0
+    assert Q.values(p).shape == (n, nb, 32)
+    if fmt in Q.K_FORMATS:
+        assert Q.scales(p).shape == (n, 2, nb)
         with pytest.raises(ValueError):
             Q.expand(p)
         return
-    assert Q.nbytes(p) * 32 == per32 * n * k
-    assert p.s.shape == (n, S, nb)
-    if fmt == Q.FMT_Q4A:
-        assert p.q.dtype == np.uint8 and p.q.shape == (n, k // 2)
-    else:
-        assert p.q.dtype == np.int8 and p.q.shape == (n, k)
-    if flags & Q.HIGH:
-        assert p.qh.dtype == np.uint8 and p.qh.shape == (n, nb * 4) and p.qh.flags.c_contiguous
-    else:
-        assert p.qh is None
-    assert Q.nbytes(p) == sum(a.nbytes for a in (p.q, p.s, p.qh) if a is not None)
-    # the fp32-plane form holds the same values
+    assert Q.scales(p).shape == (n, S, nb)
+    # the float32 form holds the same values
     e = Q.expand(p)
-    assert e.s.dtype == np.float32 and e.qh is None and not e.flags & Q.HALF
+    assert not e.flags & (Q.HALF | Q.HIGH)
     assert np.array_equal(Q.dequantize(e).view(np.uint32), Q.dequantize(p).view(np.uint32))
 
 
@@ -117,13 +112,13 @@ def test_half_falls_back_to_float32_when_not_exact():
     raw[1, 1, 0:2] = np.array([16384.0], np.float16).view(np.uint8)
     raw = raw.reshape(n, -1)
     p = Q.pack_gguf(QT.Q4_0, raw, n, k)
-    assert p.flags == 0 and p.s.dtype == np.float32 and Q.scales(p)[1, 1, 1] == -131072.0
+    assert p.flags == 0 and Q.scales(p)[1, 1, 1] == -131072.0
     assert np.array_equal(bits(Q.dequantize(p)), bits(gq.dequantize(raw, QT.Q4_0).reshape(n, k)))
     # Q5_0 with d = 4096: -16d = -65536 is not an fp16 value either
     raw = random_raw(QT.Q5_0, n, k).reshape(n, 2, 22)
     raw[0, 0, 0:2] = np.array([4096.0], np.float16).view(np.uint8)
     p = Q.pack_gguf(QT.Q5_0, raw.reshape(n, -1), n, k)
-    assert p.flags == Q.HIGH and p.s.dtype == np.float32
+    assert p.flags == Q.HIGH
 
 
 def test_q4_0_scales_exact():
@@ -207,20 +202,20 @@ def test_q4a_nibble_layout_hand_built():
     qs = (vals[:16] | (vals[16:] << 4)).astype(np.uint8)
     raw = np.concatenate([np.array([1.0], np.float16).view(np.uint8), qs])[None, :]
     p = Q.pack_gguf(QT.Q4_0, raw, 1, 32)
-    for i in range(16):
-        assert p.q[0, i] & 0x0F == vals[i]
-        assert p.q[0, i] >> 4 == vals[i + 16]
+    assert np.array_equal(Q.values(p)[0, 0], vals)
     assert np.array_equal(Q.dequantize(p)[0], vals.astype(np.float32) - 8)
+    # output t's bytes 4m..4m+3 sit at 64m + 4t in its group's record (t = 0 here)
+    for m in range(4):
+        assert np.array_equal(p.q[0, 64 * m:64 * m + 4], qs[4 * m:4 * m + 4])
 
-    # the same through a hand-built Packed
-    hand = Q.Packed(Q.FMT_Q4A, 0, 1, 32, qs[None, :].copy(),
-                    np.array([[[0.5], [1.0]]], np.float32))
+    # the same nibbles with other scales, from the row-major form
+    hand = Q.pack_q4a(1, 32, qs[None, :], np.array([[0.5]], np.float32), np.array([[1.0]], np.float32))
     assert np.array_equal(Q.dequantize(hand)[0], vals.astype(np.float32) * 0.5 + 1.0)
 
 
 def test_q8_min_rule():
     q = np.arange(-16, 16, dtype=np.int8)[None, :]
-    mn = Q.Packed(Q.FMT_Q8, Q.HAS_MIN, 1, 32, q, np.array([[[2.0], [-1.5]]], np.float32))
+    mn = Q.pack_q8(1, 32, Q.HAS_MIN, q, [np.array([[2.0]], np.float32), np.array([[-1.5]], np.float32)])
     assert np.array_equal(Q.dequantize(mn)[0], q[0] * np.float32(2) - np.float32(1.5))
 
 
@@ -268,13 +263,13 @@ def test_quantize_q8_0_error_bound():
     w = (rng.standard_normal((8, 256)) * rng.uniform(0.01, 10, (8, 1))).astype(np.float32)
     w[0, :32] = 0.0  # an all-zero block
     p = Q.quantize_float(w, "q8_0")
-    assert (p.fmt, p.flags, p.s.shape) == (Q.FMT_Q8, 0, (8, 1, 8))
-    d = p.s[:, 0]
+    assert (p.fmt, p.flags, Q.scales(p).shape) == (Q.FMT_Q8, 0, (8, 1, 8))
+    d = Q.scales(p)[:, 0]
     assert np.array_equal(d, np.abs(_blocks(w)).max(-1) / np.float32(127))
     err = np.abs(_blocks(Q.dequantize(p) - w))
     assert np.all(err <= d[..., None] * (0.5 + 1e-5) + 1e-30)
-    assert np.all(Q.dequantize(p)[0, :32] == 0) and np.all(p.q[0, :32] == 0)
-    assert np.abs(p.q).max() <= 127
+    assert np.all(Q.dequantize(p)[0, :32] == 0) and np.all(Q.values(p)[0, 0] == 0)
+    assert np.abs(Q.values(p)).max() <= 127
 
 
 def test_quantize_q8_0_round_half_even():
@@ -282,8 +277,8 @@ def test_quantize_q8_0_round_half_even():
     w[0, 0] = 127.0  # d = 1
     w[0, 1:5] = [0.5, 1.5, 2.5, -0.5]
     p = Q.quantize_float(w, "q8_0")
-    assert p.s[0, 0, 0] == 1.0
-    assert p.q[0, :5].tolist() == [127, 0, 2, 2, 0]
+    assert Q.scales(p)[0, 0, 0] == 1.0
+    assert Q.values(p)[0, 0, :5].tolist() == [127, 0, 2, 2, 0]
 
 
 def test_quantize_q4_0_error_bound():
@@ -291,8 +286,8 @@ def test_quantize_q4_0_error_bound():
     w = (rng.standard_normal((8, 256)) * rng.uniform(0.01, 10, (8, 1))).astype(np.float32)
     w[1, 32:64] = 0.0
     p = Q.quantize_float(w, "q4_0")
-    assert (p.fmt, p.s.shape) == (Q.FMT_Q4A, (8, 2, 8))
-    d, m = p.s[:, 0], p.s[:, 1]
+    assert (p.fmt, Q.scales(p).shape) == (Q.FMT_Q4A, (8, 2, 8))
+    d, m = Q.scales(p)[:, 0], Q.scales(p)[:, 1]
     assert np.array_equal(m, d * np.float32(-8))
     back = Q.dequantize(p)
     err = np.abs(_blocks(back - w))
@@ -311,8 +306,8 @@ def test_quantize_q4_0_matches_gguf_nibbles():
     w = rng.integers(-8, 8, size=(2, 64)).astype(np.float32) * np.float32(0.25)
     w[:, ::32] = -2.0  # vmax = -2 -> d = 0.25 (exact in fp16)
     p = Q.quantize_float(w, "q4_0")
-    raw = gq.quantize(w, QT.Q4_0).reshape(2, 2, 18)
-    assert np.array_equal(p.q.reshape(2, 2, 16), raw[..., 2:])
+    raw = gq.quantize(w, QT.Q4_0).reshape(2, 2, 18)[..., 2:]
+    assert np.array_equal(Q.values(p), np.concatenate([raw & 0x0F, raw >> 4], axis=-1))
 
 
 def test_quantize_bf16():
@@ -371,8 +366,7 @@ def test_wrong_data_size_and_bad_kind_raise():
 def _weight(p: Q.Packed):
     from tensorfold.native import lib
 
-    return lib.Weight(p.fmt, p.flags, p.n, p.k, p.q.ctypes.data, p.s.ctypes.data if p.s.size else None, None,
-                      p.qh.ctypes.data if p.qh is not None else None)
+    return lib.Weight(p.fmt, p.flags, p.n, p.k, p.q.ctypes.data, p.s.ctypes.data if p.s.size else None, None)
 
 
 def _linear(L, p: Q.Packed, x: np.ndarray) -> np.ndarray:

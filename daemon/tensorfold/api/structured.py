@@ -20,7 +20,7 @@ from ..grammar import GrammarError, GrammarSpec, GrammarUnavailable
 from . import errors
 from .tool_force import forces_call, offered
 from .tool_prompt import ToolFormat
-from .tool_strict import strict_call_ebnf
+from .tool_strict import forced_call_ebnf
 
 STRUCTURED_KINDS = {"json": "json_schema", "json_object": "json_object", "regex": "regex",
                     "choice": "choice", "grammar": "ebnf"}
@@ -52,7 +52,7 @@ def grammar_request(body: Any) -> tuple[str, Any, str] | None:
 
 async def attach_grammar(request: Request, body: Any, engine: Any, fmt: ToolFormat | None = None) -> Request:
     """`request` with the body's grammar as a constraint (compiled off the event loop):
-    a structured-output field's, or, for a forced call to strict tools in `fmt`, the
+    a structured-output field's, or, for a forced call in the Hermes format, the
     call's (tool_strict.py), which replaces ToolForce.  While the request thinks
     (`request.think`), the grammar starts after the think end."""
     asked = grammar_request(body)
@@ -65,7 +65,7 @@ async def attach_grammar(request: Request, body: Any, engine: Any, fmt: ToolForm
     kind, value, field = asked or ("ebnf", None, "tools")
     try:
         if asked is None:
-            value = strict_call_ebnf(body, offered(body), fmt)
+            value = forced_call_ebnf(body, offered(body), fmt)
             if value is None:
                 return request
         spec = GrammarSpec.of(kind, value)

@@ -1,17 +1,18 @@
-"""Function tools with `"strict": true` under a forced call: the whole call held to a grammar.
+"""A forced call in the Hermes format: the whole call held to a grammar.
 
-When tool_choice forces a call ("required" or a named function), the reply is
-read in the Hermes format, and every offered tool is strict, the reply is
-exactly one call,
+When tool_choice forces a call ("required" or a named function) and the reply
+is read in the Hermes format, the reply is exactly one call,
 
     <tool_call>
     {"name": NAME, "arguments": ARGS}
     </tool_call>
 
-with NAME one of the offered tools and ARGS valid against that tool's
-`parameters` (xgrammar, so exact under drafting like any grammar), then an end
-token. A forced call to tools that are not all strict keeps ToolForce: the
-name is held to the offered ones and the model writes the arguments.
+with NAME one of the offered tools and ARGS a JSON object: valid against the
+tool's `parameters` when the tool is `"strict": true`, any object otherwise
+(the model's own arguments, but always a call that parses), then an end token.
+The grammar is xgrammar's, so exact under drafting like any grammar. Forced
+calls in other formats keep ToolForce: the name is held to the offered ones
+and the model writes the rest.
 """
 
 from __future__ import annotations
@@ -25,18 +26,22 @@ from .tool_force import forces_call
 from .tool_prompt import CALL_CLOSE, CALL_OPEN, ToolFormat
 
 
-def strict_call_ebnf(body: Any, tools: list[dict[str, Any]] | None, fmt: ToolFormat) -> str | None:
-    """The EBNF grammar of the one strict call the reply must be, or None when the
-    request does not force a call in the Hermes format to tools that are all strict."""
+def forced_call_ebnf(body: Any, tools: list[dict[str, Any]] | None, fmt: ToolFormat) -> str | None:
+    """The EBNF grammar of the one call the reply must be, or None when the request does
+    not force a call in the Hermes format."""
     if not forces_call(body) or not tools or fmt.parser != "hermes":
-        return None
-    if not all(t["function"].get("strict") is True for t in tools):
         return None
     calls = [{"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
               "properties": {"name": {"const": t["function"]["name"]},
-                             "arguments": t["function"].get("parameters") or {"type": "object"}}}
+                             "arguments": _arguments_schema(t["function"])}}
              for t in tools]
     return _call_ebnf(json.dumps(calls[0] if len(calls) == 1 else {"anyOf": calls}))
+
+
+def _arguments_schema(function: dict[str, Any]) -> dict[str, Any]:
+    if function.get("strict") is True:
+        return function.get("parameters") or {"type": "object"}
+    return {"type": "object"}
 
 
 @lru_cache(maxsize=64)

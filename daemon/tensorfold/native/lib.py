@@ -26,8 +26,7 @@ class NativeMissing(RuntimeError):
 
 class Weight(C.Structure):
     _fields_ = [("fmt", C.c_int32), ("flags", C.c_int32), ("n", C.c_int32), ("k", C.c_int32),
-                ("q", C.c_void_p), ("s", C.c_void_p), ("bias", C.c_void_p),
-                ("qh", C.c_void_p)]       # TF_HIGH fifth bits
+                ("q", C.c_void_p), ("s", C.c_void_p), ("bias", C.c_void_p)]
 
 
 class Layer(C.Structure):
@@ -48,15 +47,18 @@ _SIGNATURES = {
     "tf_forward": (C.c_int, [C.POINTER(Model), _i32p, C.c_int, _i32p, _i32p, _i32p, _i32p, C.c_int, _f32p]),
     "tf_linear": (C.c_int, [C.POINTER(Weight), _f32p, C.c_int, _f32p]),
     "tf_kpack": (None, [C.c_int, C.c_void_p, C.c_int, C.c_int, C.c_void_p, C.c_void_p]),
+    "tf_bpack": (None, [C.c_int, C.c_int, C.c_int, C.c_int, C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p,
+                        C.c_void_p]),
     "tf_pool_set_threads": (C.c_int, [C.c_int]),
     "tf_pool_threads": (C.c_int, []),
     "tf_isa": (C.c_int, []),
     "tf_best_isa": (C.c_int, []),
     "tf_set_isa": (C.c_int, [C.c_int]),
-    "tf_set_soft_h2f": (None, [C.c_int]),
+    "tf_set_soft_fp16": (None, [C.c_int]),
     "tf_exp": (C.c_float, [C.c_float]),
     "tf_f2h": (C.c_uint16, [C.c_float]),
     "tf_h2f": (C.c_float, [C.c_uint16]),
+    "tf_f2h_row": (None, [_f32p, C.POINTER(C.c_uint16), C.c_int]),
     "tf_rms_norm": (None, [_f32p, _f32p, C.c_float, C.c_int, _f32p]),
     "tf_silu_mul": (None, [_f32p, _f32p, _f32p, C.c_int64]),
     "tf_dequant_row": (None, [C.POINTER(Weight), C.c_int, _f32p]),

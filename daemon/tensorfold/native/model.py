@@ -108,10 +108,9 @@ class NativeModel:
         p = w.get(name)
         if not isinstance(p, quant.Packed):
             raise CheckpointError(f"the checkpoint lacks the 2-D weight {name}")
-        self._keep += [p.q, p.s, p.qh]
+        self._keep += [p.q, p.s]
         return lib.Weight(p.fmt, p.flags, p.n, p.k, p.q.ctypes.data, p.s.ctypes.data if p.s.size else None,
-                          self._f32(bias) if bias is not None else None,
-                          p.qh.ctypes.data if p.qh is not None else None)
+                          self._f32(bias) if bias is not None else None)
 
     # -- KV ------------------------------------------------------------------------
     def kv_bytes_per_token(self) -> int:

@@ -1,27 +1,25 @@
 """Weight layouts read by the C kernels, and conversion into them.
 
-Every layout is row-major: ``n`` rows (output features) of ``k`` columns
-(input features), ``k`` a multiple of 32.  Quantized rows are cut into blocks
-of 32 input elements (nb = k // 32 per row); ``s`` holds the scales planar,
-``[n, S, nb]`` (each kind of scale in a row of its own, so the kernels load
-eight blocks' at once).
+Every weight has ``n`` outputs (rows) of ``k`` inputs (columns), ``k`` a
+multiple of 32, cut into blocks of 32 inputs (nb = k // 32).
 
-FMT_Q4A (4-bit affine), ``q`` uint8 ``[n, k // 2]``, S = 2 (d, m):
-    16 bytes per block; byte i holds element i in its low nibble and element
-    i + 16 in its high nibble.  value = float32(q) * d + m  (a float32
-    multiply, then a float32 add).  q is the nibble (0..15), or with the HIGH
-    flag nibble | bit << 4 (0..31): ``qh`` uint8 ``[n, nb * 4]``, 4 bytes per
-    block, bit e % 8 of byte e // 8 is bit 4 of element e.
-
-FMT_Q8, ``q`` int8 ``[n, k]``, S = 1 + HAS_MIN, scales (d[, m]):
-    value = float32(q) * d, then ``+ m`` (float32 add) when HAS_MIN is set.
+FMT_Q4A (4-bit affine) and FMT_Q8 are built from a row-major form (what
+``pack_q4a`` and ``pack_q8`` take), then regrouped by sixteen outputs (``tf_bpack``):
+    FMT_Q4A: 16 bytes per block, byte i holds element i in its low nibble and
+    element i + 16 in its high nibble, S = 2 scales per block (d, m); value =
+    float32(q) * d + m (a float32 multiply, then a float32 add).  q is the nibble
+    (0..15), or with the HIGH flag nibble | bit << 4 (0..31), 4 bytes per block of
+    fifth bits (bit e % 8 of byte e // 8 is bit 4 of element e).
+    FMT_Q8: int8 q, S = 1 + HAS_MIN scales (d[, m]); value = float32(q) * d, then
+    ``+ m`` (float32 add) when HAS_MIN is set.
+The grouped layout (tf_kernels.h has the byte order): ``q`` uint8 ``[G, nb *
+bits]`` one record per (group, block) (Q4A 256 bytes, with HIGH 320, Q8 512:
+sixteen outputs' four inputs side by side in each 64 bytes) and ``s`` uint8 ``[G,
+nb * S * 16 * size]`` their scales, float32 or, with the HALF flag, float16
+(widened exactly: no computed bit depends on the encoding).  The last group is
+padded with zero outputs.
 
 FMT_BF16, ``q`` uint16 ``[n, k]`` bf16 bit patterns, ``s`` empty float32.
-
-Scale encodings of Q4A and Q8 (flags); each decodes to exactly the float32
-scales the rules above use, so no computed bit depends on the encoding:
-    none    ``s`` float32 ``[n, S, nb]``.
-    HALF    ``s`` float16 ``[n, S, nb]``, widened exactly.
 
 FMT_K4, FMT_K5, FMT_K6 (GGUF's Q4_K, Q5_K, Q6_K; k a multiple of 256, nsb =
 k // 256): the file's super-blocks regrouped by eight outputs (the last group
@@ -41,9 +39,9 @@ integers over whole super-blocks (tf_kernels.h, "K dot").
     Q5_K -> K5 22.5 (22)                Q6_K -> K6 26.25 (26.25)
 A HALF plane that would not be exact (-8d or -16d past fp16's range) stays
 float32.  Float tensors are quantized with ``quantize_float``, whose scales
-(amax / 127) are not fp16 values: float32 planes.  ``dequantize`` is the
-float32 reference the C kernels are tested against; ``expand`` gives a Q4A or
-Q8 weight with float32 planes (the layout before the encodings existed).
+(amax / 127) are not fp16 values: float32.  ``dequantize`` is the float32
+reference the C kernels are tested against; ``expand`` gives a Q4A or Q8 weight
+with float32 scales and no fifth-bit plane.
 """
 
 from __future__ import annotations
@@ -57,7 +55,7 @@ from gguf.constants import GGML_QUANT_SIZES
 FMT_Q4A, FMT_Q8, FMT_BF16, FMT_K4, FMT_K5, FMT_K6 = 1, 2, 3, 4, 5, 6
 K_FORMATS = (FMT_K4, FMT_K5, FMT_K6)
 HAS_MIN = 2  # flag for FMT_Q8
-HIGH = 4  # flag for FMT_Q4A: a fifth bit per element, in ``qh``
+HIGH = 4  # flag for FMT_Q4A: a fifth bit per element
 HALF = 8  # scale encoding of FMT_Q4A and FMT_Q8
 
 DEFAULT_FLOAT_KIND = "q8_0"
@@ -73,37 +71,18 @@ class Packed:
     flags: int
     n: int  # rows (output features)
     k: int  # columns (input features), a multiple of 32
-    q: np.ndarray  # Q4A: uint8 [n, k//2]; Q8: int8 [n, k]; BF16: uint16 [n, k]; K: uint8 [n, k//256 * bits]
-    s: np.ndarray  # [n, S, k//32]: float32 or float16 (HALF); empty for BF16; K: uint8 [n, k//256 * meta]
-    qh: np.ndarray | None = None  # HIGH: uint8 [n, k//32 * 4]
-
-    def __post_init__(self) -> None:
-        self.s = _with_slack(self.s)
-
-
-def _with_slack(a: np.ndarray) -> np.ndarray:
-    """``a`` in a buffer with 16 readable bytes past its end: the kernels load a
-    row's last partial group of eight scales whole and mask it."""
-    if a.size == 0:
-        return a
-    buf = np.zeros(a.nbytes + 16, np.uint8)
-    out = buf[:a.nbytes].view(a.dtype).reshape(a.shape)
-    out[...] = a
-    return out
+    q: np.ndarray  # Q4A, Q8, K: uint8 records [G, ...]; BF16: uint16 [n, k]
+    s: np.ndarray  # Q4A, Q8, K: uint8 records [G, ...]; empty float32 for BF16
 
 
 def nbytes(p: Packed) -> int:
     """Bytes the weight holds in memory: every array the kernels read."""
-    return int(sum(a.nbytes for a in (p.q, p.s, p.qh) if a is not None))
+    return int(p.q.nbytes + p.s.nbytes)
 
 
 def scales(p: Packed) -> np.ndarray:
-    """The float32 scale planes [n, S, k//32] of the layout rules, decoded from any encoding."""
-    if p.flags & HALF:
-        return p.s.astype(_F32)
-    if p.fmt in K_FORMATS:
-        return _k_scales_of(p)
-    return p.s
+    """The float32 scales [n, S, k//32] of the layout rules, decoded from any encoding."""
+    return _k_scales_of(p) if p.fmt in K_FORMATS else _b_scales_of(p)
 
 
 def values(p: Packed) -> np.ndarray:
@@ -112,26 +91,20 @@ def values(p: Packed) -> np.ndarray:
     if p.fmt in K_FORMATS:
         v = _k_values(p).astype(np.int16)
         return (v - 32 if p.fmt == FMT_K6 else v).reshape(p.n, nb, 32)
-    if p.fmt == FMT_Q8:
-        return p.q.reshape(p.n, nb, 32).astype(np.int16)
-    qb = p.q.reshape(p.n, nb, 16)
-    v = np.concatenate([qb & 0x0F, qb >> 4], axis=-1).astype(np.int16)
-    if p.flags & HIGH:
-        v |= np.unpackbits(p.qh.reshape(p.n, nb, 4), axis=-1, bitorder="little").astype(np.int16) << 4
-    return v
+    return _b_values(p)
 
 
 def expand(p: Packed) -> Packed:
-    """The same Q4A or Q8 weight with float32 scale planes and no fifth-bit plane: a
-    HIGH Q4A becomes Q8 with a min (the same integers and scales, so the kernels give
-    the same bits)."""
+    """The same Q4A or Q8 weight with float32 scales and no fifth-bit plane: a HIGH Q4A
+    becomes Q8 with a min (the same integers and scales, so the kernels give the same
+    bits)."""
     if p.fmt not in (FMT_Q4A, FMT_Q8):
         raise ValueError("expand takes a Q4A or Q8 weight")
-    s = np.ascontiguousarray(scales(p), dtype=_F32)
-    if p.fmt == FMT_Q4A and p.flags & HIGH:
-        q = np.ascontiguousarray(values(p).reshape(p.n, p.k), dtype=np.int8)
-        return Packed(FMT_Q8, HAS_MIN, p.n, p.k, q, s)
-    return Packed(p.fmt, p.flags & ~HALF, p.n, p.k, p.q, s)
+    s, v = scales(p), values(p)
+    planes = [s[:, i] for i in range(s.shape[1])]
+    if p.fmt == FMT_Q8 or p.flags & HIGH:
+        return pack_q8(p.n, p.k, HAS_MIN if p.fmt == FMT_Q4A else p.flags & HAS_MIN, v, planes)
+    return pack_q4a(p.n, p.k, _nibbles_to_q4a(v.astype(np.uint8)), *planes)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -167,24 +140,71 @@ def _planes(n: int, planes: list[np.ndarray], half: bool) -> tuple[int, np.ndarr
     return 0, s
 
 
-def _q4a(n: int, k: int, qbytes: np.ndarray, d: np.ndarray, m: np.ndarray, half: bool = False,
+def pack_q4a(n: int, k: int, qbytes: np.ndarray, d: np.ndarray, m: np.ndarray, half: bool = False,
          qh: np.ndarray | None = None) -> Packed:
-    q = np.ascontiguousarray(qbytes, dtype=np.uint8).reshape(n, k // 2)
+    """Q4A from the row-major form: nibble bytes [n, k // 2], scales, fifth bits [n, k // 8]."""
     enc, s = _planes(n, [d, m], half)
-    if qh is None:
-        return Packed(FMT_Q4A, enc, n, k, q, s)
-    qh = np.ascontiguousarray(qh, dtype=np.uint8).reshape(n, k // 8)
-    return Packed(FMT_Q4A, HIGH | enc, n, k, q, s, qh)
+    return _b_group(FMT_Q4A, enc | (HIGH if qh is not None else 0), n, k, qbytes, s, qh)
 
 
-def _q8(n: int, k: int, flags: int, qvals: np.ndarray, scales: list[np.ndarray], half: bool = False) -> Packed:
-    q = np.ascontiguousarray(qvals, dtype=np.int8).reshape(n, k)
+def pack_q8(n: int, k: int, flags: int, qvals: np.ndarray, scales: list[np.ndarray], half: bool = False) -> Packed:
+    """Q8 from the row-major form: int8 values [n, k] and scales."""
     enc, s = _planes(n, scales, half)
-    return Packed(FMT_Q8, flags | enc, n, k, q, s)
+    return _b_group(FMT_Q8, flags | enc, n, k, np.asarray(qvals).astype(np.int8, copy=False), s)
+
+
+B_BITS = {FMT_Q4A: 256, FMT_Q8: 512}  # bytes per group and block (Q4A with HIGH: + 64)
+
+
+def _b_bits(fmt: int, flags: int) -> int:
+    return B_BITS[fmt] + (64 if flags & HIGH else 0)
+
+
+def _b_group(fmt: int, flags: int, n: int, k: int, q: np.ndarray, s: np.ndarray,
+             qh: np.ndarray | None = None) -> Packed:
+    """The grouped Q4A/Q8 layout (tf_kernels.h) from the row-major form, by the C packer."""
+    from . import lib
+
+    nb, groups = k // 32, -(-n // 16)
+    q = np.ascontiguousarray(q).reshape(n, -1)
+    qh = None if qh is None else np.ascontiguousarray(qh, dtype=np.uint8).reshape(n, nb * 4)
+    oq, os_ = _zeros64((groups, nb * _b_bits(fmt, flags))), _zeros64((groups, nb * s.shape[1] * 16 * s.itemsize))
+    lib.load().tf_bpack(fmt, flags, n, k, q.ctypes.data, None if qh is None else qh.ctypes.data, s.ctypes.data,
+                        oq.ctypes.data, os_.ctypes.data)
+    return Packed(fmt, flags, n, k, oq, os_)
+
+
+def _b_records(p: Packed) -> tuple[np.ndarray, np.ndarray]:
+    """A Q4A/Q8 weight's records per (group, block), uint8 [G, nb, bits], [G, nb, scales]."""
+    nb = p.k // 32
+    return p.q.reshape(-1, nb, p.q.shape[1] // nb), p.s.reshape(-1, nb, p.s.shape[1] // nb)
+
+
+def _b_values(p: Packed) -> np.ndarray:
+    """A Q4A/Q8 weight's integer values, int16 [n, nb, 32]."""
+    bits = _b_records(p)[0]
+    G, nb = bits.shape[:2]
+    if p.fmt == FMT_Q8:
+        v = bits.view(np.int8).reshape(G, nb, 8, 16, 4).astype(np.int16)          # [G, b, j, t, i]
+    else:
+        nib = bits[..., :256].reshape(G, nb, 1, 4, 16, 4)
+        v = np.concatenate([nib & 0x0F, nib >> 4], axis=2).reshape(G, nb, 8, 16, 4).astype(np.int16)
+        if p.flags & HIGH:
+            h = np.unpackbits(bits[..., 256:320].reshape(G, nb, 8, 8), axis=-1, bitorder="little")
+            v |= h.reshape(G, nb, 8, 16, 4).astype(np.int16) << 4
+    return _ungroup(v.transpose(0, 3, 1, 2, 4), p.n).reshape(p.n, nb, 32)           # element 4j + i
+
+
+def _b_scales_of(p: Packed) -> np.ndarray:
+    """A Q4A/Q8 weight's float32 scales [n, S, nb]."""
+    meta = _b_records(p)[1]
+    G, nb = meta.shape[:2]
+    f = np.ascontiguousarray(meta).view(np.float16 if p.flags & HALF else _F32).reshape(G, nb, -1, 16)
+    return np.ascontiguousarray(_ungroup(f.transpose(0, 3, 2, 1), p.n), dtype=_F32)     # [G, t, S, b]
 
 
 def _ungroup(a: np.ndarray, n: int) -> np.ndarray:
-    """[G, 8, ...] -> [n, ...]"""
+    """[G, size, ...] -> [n, ...]"""
     return a.reshape(-1, *a.shape[2:])[:n]
 
 
@@ -289,25 +309,25 @@ def pack_gguf(qtype, data: np.ndarray, n: int, k: int) -> Packed:
 
 def _from_q4_0(blk, n, k):  # block: fp16 d, 16 bytes nibbles (already the Q4A order)
     d = _f16(blk[..., 0:2])
-    return _q4a(n, k, blk[..., 2:], d, d * _F32(-8), half=True)
+    return pack_q4a(n, k, blk[..., 2:], d, d * _F32(-8), half=True)
 
 
 def _from_q4_1(blk, n, k):  # block: fp16 d, fp16 m, 16 bytes nibbles
-    return _q4a(n, k, blk[..., 4:], _f16(blk[..., 0:2]), _f16(blk[..., 2:4]), half=True)
+    return pack_q4a(n, k, blk[..., 4:], _f16(blk[..., 0:2]), _f16(blk[..., 2:4]), half=True)
 
 
 def _from_q5_0(blk, n, k):  # block: fp16 d, 4 bytes qh, 16 nibble bytes; value = d * (q - 16)
     # qh is a little-endian uint32 whose bit e is bit 4 of element e: already the HIGH layout
     d = _f16(blk[..., 0:2])
-    return _q4a(n, k, blk[..., 6:22], d, d * _F32(-16), half=True, qh=blk[..., 2:6])
+    return pack_q4a(n, k, blk[..., 6:22], d, d * _F32(-16), half=True, qh=blk[..., 2:6])
 
 
 def _from_q5_1(blk, n, k):  # block: fp16 d, fp16 m, 4 bytes qh, 16 nibble bytes; value = d * q + m
-    return _q4a(n, k, blk[..., 8:24], _f16(blk[..., 0:2]), _f16(blk[..., 2:4]), half=True, qh=blk[..., 4:8])
+    return pack_q4a(n, k, blk[..., 8:24], _f16(blk[..., 0:2]), _f16(blk[..., 2:4]), half=True, qh=blk[..., 4:8])
 
 
 def _from_q8_0(blk, n, k):  # block: fp16 d, 32 int8
-    return _q8(n, k, 0, blk[..., 2:].view(np.int8), [_f16(blk[..., 0:2])], half=True)
+    return pack_q8(n, k, 0, blk[..., 2:].view(np.int8), [_f16(blk[..., 0:2])], half=True)
 
 
 _GGUF_HANDLERS = {
@@ -346,14 +366,14 @@ def quantize_float(w: np.ndarray, kind: str) -> Packed:
             d = np.abs(b).max(axis=-1) / _F32(127)
             inv = np.where(d == 0, _F32(0), _F32(1) / d).astype(_F32)
             q = np.clip(np.rint(b * inv[..., None]), -127, 127).astype(np.int8)
-            return _q8(n, k, 0, q, [d])
+            return pack_q8(n, k, 0, q, [d])
         # q4_0
         imax = np.abs(b).argmax(axis=-1)[..., None]
         vmax = np.take_along_axis(b, imax, axis=-1)[..., 0]
         d = vmax / _F32(-8)
         inv = np.where(d == 0, _F32(0), _F32(1) / d).astype(_F32)
         q = np.clip(np.floor(b * inv[..., None] + _F32(8.5)), 0, 15).astype(np.uint8)
-        return _q4a(n, k, _nibbles_to_q4a(q), d, d * _F32(-8))
+        return pack_q4a(n, k, _nibbles_to_q4a(q), d, d * _F32(-8))
 
 
 # --------------------------------------------------------------------------- reference

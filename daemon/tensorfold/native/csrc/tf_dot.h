@@ -23,6 +23,11 @@ void tf_quantize_row_k(const float *x, int k, int8_t *q, float *s, int16_t *bs);
  * Quantized formats read `a`; TF_BF16 reads the fp32 rows `x`. */
 void tf_dot_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, const float *x, float *y, int ldy);
 void tf_dequant_row(const tf_weight *w, int n, float *out);
+/* the block formats (tf_bdot.c) */
+void tf_bdot_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy);
+void tf_bdequant_row(const tf_weight *w, int n, float *out);
+void tf_bpack(int fmt, int flags, int n, int k, const uint8_t *q, const uint8_t *qh, const uint8_t *s,
+              uint8_t *oq, uint8_t *os);
 /* the K formats (tf_kdot.c) */
 void tf_kdot_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy);
 void tf_kdequant_row(const tf_weight *w, int n, float *out);

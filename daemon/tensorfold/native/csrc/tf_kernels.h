@@ -4,13 +4,14 @@
  *
  * The definitions (what every ISA path must reproduce bit for bit):
  *   lanes8     an fp32 reduction over n (a multiple of 8) is acc[i % 8] += term,
- *              sequentially, then tree8: ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)).
+ *              sequentially, then tree8: ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7))
+ *              (16-bit weights).
  *   act quant  per row, per block of 32: d = amax/127, q = rne(x * (1/d)) (0 if
  *              amax is 0), sum = sum of q.
- *   int8 dot   per block b: p[l] = sum of the 4 products of elements 4l..4l+3
- *              (exact int32); acc[l] = fma(p[l], xs_b * wd_b, acc[l]);
- *              with a min term mac[b % 8] = fma(sum_b, xs_b * wm_b, mac[b % 8]);
- *              result = tree8(acc) + tree8(mac) (+ bias).
+ *   block dot  per block b in order: P_b = the exact integer sum of the 32 products
+ *              q_e * x_e (q_e the weight's integer value, x_e the activation's q);
+ *              acc = fma((float)P_b, xs_b * d_b, acc), and with a min plane
+ *              acc = fma(sum_b, xs_b * m_b, acc); result = acc (+ bias).
  *
  * The K formats (GGUF's Q4_K, Q5_K, Q6_K) work on super-blocks of 256 inputs:
  *   act quant  per row, per super-block j of 256: d_j = amax/127, q = rne(x * (1/d_j)),
@@ -30,15 +31,22 @@
 
 enum { TF_Q4A = 1, TF_Q8 = 2, TF_BF16 = 3, TF_K4 = 4, TF_K5 = 5, TF_K6 = 6 };
 /* flags.  TF_HIGH (Q4A) adds a fifth bit to each nibble; TF_HAS_MIN (Q8) adds a
- * min plane; TF_HALF stores the scale planes as fp16 (exactly the fp32 values the
- * packer found them to be; else the planes are fp32). */
+ * min plane; TF_HALF stores the scales as fp16 (exactly the fp32 values the packer
+ * found them to be; else fp32). */
 enum { TF_HAS_MIN = 2, TF_HIGH = 4, TF_HALF = 8 };
 
 /* A quantized weight: n outputs of k inputs, in blocks of 32 inputs (nb = k/32).
  *
- * Q4A, Q8: the scales are planar per output, S planes of nb: Q4A: d, m (S = 2);
- * Q8: d[, m] (S = 1 + HAS_MIN).  Element e of a block has the value q * d (+ m),
- * one fp32 multiply then one fp32 add.
+ * Q4A, Q8: in groups of sixteen outputs (G = ceil(n/16) groups; outputs past n are
+ * zero).  Group g's block b is one record in q (Q4A 256 bytes, with TF_HIGH 320; Q8
+ * 512) and one in s, at (g * nb + b) * size.  Output t's element e = 4j + i sits in
+ * byte 4t + i of 64-byte vectors (so each dword holds four of one output's inputs):
+ *   Q8        vector j, int8;
+ *   Q4A       vector j % 4, the low nibble for e < 16, the high for e >= 16 (each
+ *             dword of a GGUF Q4 block as it is); TF_HIGH: bit 4 of the value at bit
+ *             4t + i of the little-endian 64-bit word at 256 + 8j.
+ * Scales: S planes (Q4A: d, m; Q8: d[, m]) of sixteen values each, fp32 or fp16
+ * (TF_HALF); element e's value = q * d (+ m), one fp32 multiply then one fp32 add.
  *
  * K4, K5, K6 (k a multiple of 256, nsb = k/256 super-blocks): GGUF's Q4_K, Q5_K,
  * Q6_K in groups of eight outputs (G = ceil(n/8) groups; outputs past n are zero).
@@ -58,14 +66,9 @@ typedef struct {
     int32_t flags;        /* TF_HAS_MIN (Q8), TF_HIGH (Q4A), TF_HALF (Q4A, Q8) */
     int32_t n;            /* outputs */
     int32_t k;            /* inputs (a multiple of 32; of 256 for K formats) */
-    const uint8_t *q;     /* Q4A: n*nb blocks of 16 bytes, byte i = element i (low nibble), i + 16 (high);
-                             Q8: n*k int8; BF16: n*k uint16; K: the records' value bits, as above */
-    const void *s;        /* [n][S][nb]: fp32 or fp16 (TF_HALF), K: scales as above; fp16 planes need 16
-                             readable bytes past their end (a last partial group of eight is loaded
-                             whole, then masked) */
+    const uint8_t *q;     /* the records' value bits, as above; BF16: n*k uint16 */
+    const void *s;        /* the records' scales, as above */
     const float *bias;    /* n floats or NULL */
-    const uint8_t *qh;    /* TF_HIGH: n*nb blocks of 4 bytes, bit e%8 of byte e/8 = bit 4 of element e
-                             (q = nibble | bit << 4, 0..31); else NULL */
 } tf_weight;
 
 /* q, k, v (and gate, up) run as one call: their outputs side by side, each

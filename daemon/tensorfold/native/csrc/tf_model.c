@@ -42,10 +42,11 @@ static void quant_job(void *p, int ith, int nth) {
 
 static void dot_job(void *p, int ith, int nth) {
     lin_job *j = p;
-    /* outputs in groups of 8, so neighbouring threads never share a cache line of y */
-    int64_t g0, g1, groups = (j->n + 7) / 8;
+    /* outputs in groups of 16 (the block formats' groups; two of the K formats'), so
+     * neighbouring threads never share a group or a cache line of y */
+    int64_t g0, g1, groups = (j->n + 15) / 16;
     split(groups, ith, nth, &g0, &g1);
-    int n0 = (int)(g0 * 8), n1 = (int)(g1 * 8 > j->n ? j->n : g1 * 8);
+    int n0 = (int)(g0 * 16), n1 = (int)(g1 * 16 > j->n ? j->n : g1 * 16);
     if (n0 >= n1) return;
     int base = 0;
     for (int i = 0; i < j->nparts; i++) {
@@ -170,10 +171,8 @@ static void row_step(fwd *f, int64_t r) {
                         + (int64_t)f->layer * 2 * KV * B * D;
         for (int hh = 0; hh < KV; hh++) {
             uint16_t *kd = blk + ((int64_t)hh * B + p % B) * D, *vd = kd + (int64_t)KV * B * D;
-            for (int i = 0; i < D; i++) {
-                kd[i] = tf_f2h(k[hh * D + i]);
-                vd[i] = tf_f2h(v[hh * D + i]);
-            }
+            tf_f2h_row(k + hh * D, kd, D);
+            tf_f2h_row(v + hh * D, vd, D);
         }
         break;
     }
@@ -203,7 +202,7 @@ static void attn_job(void *p, int ith, int nth) {
     int maxpos = 0;
     for (int64_t i = a; i < b; i++) maxpos = MAX(maxpos, t->pos[i / t->kv_heads]);
     int G = t->heads / t->kv_heads;
-    float *scratch = malloc(sizeof(float) * ((size_t)G * (maxpos + 1) + (size_t)(G + t->block_size) * t->head_dim));
+    float *scratch = malloc(sizeof(float) * (size_t)G * ((size_t)maxpos + 1 + (size_t)t->head_dim));
     if (!scratch) abort();
     for (int64_t i = a; i < b; i++) tf_attend(t, (int)(i / t->kv_heads), (int)(i % t->kv_heads), scratch);
     free(scratch);

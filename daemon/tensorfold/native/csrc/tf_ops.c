@@ -180,33 +180,54 @@ float tf_h2f(uint16_t h) {
     return f;
 }
 
-static void h2f_soft(const uint16_t *h, float *f, int n) {
-    for (int i = 0; i < n; i++) f[i] = tf_h2f(h[i]);
-}
-
+/* fp32 -> fp16 with F16C: the same rounding (IEEE nearest even); eight inputs with
+ * a NaN among them go through tf_f2h, whose NaN is canonical */
 #ifdef TF_X86
-__attribute__((target("avx2,f16c"))) static void h2f_f16c(const uint16_t *h, float *f, int n) {
+__attribute__((target("avx2,f16c"))) static void f2h_f16c(const float *f, uint16_t *h, int n) {
     int i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(f + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
-    for (; i < n; i++) f[i] = tf_h2f(h[i]);
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(f + i);
+        __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+        if (_mm256_testz_ps(nan, nan))
+            _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        else
+            for (int j = i; j < i + 8; j++) h[j] = tf_f2h(f[j]);
+    }
+    for (; i < n; i++) h[i] = tf_f2h(f[i]);
 }
 #endif
 
-static void (*h2f_row)(const uint16_t *, float *, int) = 0;
+static void f2h_soft(const float *f, uint16_t *h, int n) {
+    for (int i = 0; i < n; i++) h[i] = tf_f2h(f[i]);
+}
 
-void tf_h2f_row(const uint16_t *h, float *f, int n) {
-    if (!h2f_row) {
-        h2f_row = h2f_soft;
+/* 1: the fp16 rows and attention convert with F16C (x86) or NEON; 0: in plain C
+ * (also what tf_set_soft_fp16(1) picks, for tests); -1: not decided yet */
+static int fast_fp16 = -1;
+
+static int fp16_fast(void) {
+    if (fast_fp16 < 0) {
+        fast_fp16 = 0;
 #ifdef TF_X86
         __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) h2f_row = h2f_f16c;
+        fast_fp16 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+#elif defined(TF_NEON)
+        fast_fp16 = 1;
 #endif
     }
-    h2f_row(h, f, n);
+    return fast_fp16;
 }
 
-void tf_set_soft_h2f(int soft) {
-    h2f_row = soft ? h2f_soft : 0;
+void tf_f2h_row(const float *f, uint16_t *h, int n) {
+#ifdef TF_X86
+    if (fp16_fast()) { f2h_f16c(f, h, n); return; }
+#endif
+    f2h_soft(f, h, n);
+}
+
+void tf_set_soft_fp16(int soft) {
+    fast_fp16 = -1;
+    if (soft) fast_fp16 = 0;
 }
 
 /* ---------------------------------------------------------------- attention */
@@ -215,71 +236,123 @@ static inline void prefetch(const uint16_t *p, int n) {      /* the next block's
     for (int i = 0; i < n; i += 32) __builtin_prefetch(p + i);
 }
 
-/* o[i] += w[j] * v[j][i] for j = 0..nj-1 in order (v rows of d floats, d a multiple of
- * 8), 64 elements of o at a time held in registers. */
-static inline void add_weighted(float *o, const float *w, const float *v, int nj, int d) {
-    int c = 0;
-    for (; c + 64 <= d; c += 64) {
-        v8f a0 = load8(o + c), a1 = load8(o + c + 8), a2 = load8(o + c + 16), a3 = load8(o + c + 24);
-        v8f a4 = load8(o + c + 32), a5 = load8(o + c + 40), a6 = load8(o + c + 48), a7 = load8(o + c + 56);
-        for (int j = 0; j < nj; j++) {
-            const float *vj = v + (int64_t)j * d + c;
-            v8f x = {w[j], w[j], w[j], w[j], w[j], w[j], w[j], w[j]};
-            a0 = a0 + x * load8(vj); a1 = a1 + x * load8(vj + 8);
-            a2 = a2 + x * load8(vj + 16); a3 = a3 + x * load8(vj + 24);
-            a4 = a4 + x * load8(vj + 32); a5 = a5 + x * load8(vj + 40);
-            a6 = a6 + x * load8(vj + 48); a7 = a7 + x * load8(vj + 56);
-        }
-        memcpy(o + c, &a0, 32); memcpy(o + c + 8, &a1, 32); memcpy(o + c + 16, &a2, 32); memcpy(o + c + 24, &a3, 32);
-        memcpy(o + c + 32, &a4, 32); memcpy(o + c + 40, &a5, 32); memcpy(o + c + 48, &a6, 32); memcpy(o + c + 56, &a7, 32);
-    }
-    for (; c < d; c += 8) {
-        v8f a = load8(o + c);
-        for (int j = 0; j < nj; j++) {
-            v8f x = {w[j], w[j], w[j], w[j], w[j], w[j], w[j], w[j]};
-            a = a + x * load8(v + (int64_t)j * d + c);
-        }
-        memcpy(o + c, &a, 32);
-    }
+/* Attention reads the fp16 keys and values where they lie, eight at a time widened
+ * exactly to fp32 (H8), so one instance per way of widening gives the same bits. */
+static inline v8f h8_soft(const uint16_t *p) {
+    v8f v;
+    for (int i = 0; i < 8; i++) v[i] = tf_h2f(p[i]);
+    return v;
 }
+#ifdef TF_X86
+TF_AVX2 TF_INLINE v8f h8_f16c(const uint16_t *p) {
+    return (v8f)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+#endif
+#ifdef TF_NEON
+static inline v8f h8_neon(const uint16_t *p) {
+    float t[8];
+    vst1q_f32(t, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))));
+    vst1q_f32(t + 4, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p + 4))));
+    return load8(t);
+}
+#endif
 
-/* One query row and one kv head: the G query heads that share it.
- * Keys 0..pos of the row's sequence, converted to fp32 a block at a time. */
-TF_CLONES void tf_attend(const tf_attn *t, int row, int kvh, float *scratch) {
-    int d = t->head_dim, G = t->heads / t->kv_heads, B = t->block_size, pos = t->pos[row];
-    int L = pos + 1;
-    const int32_t *table = t->tables + t->tab_off[row];
-    float *s = scratch;                  /* [G, L] */
-    float *kb = s + (int64_t)G * L;      /* [B, d] */
-    float *o = kb + (int64_t)B * d;      /* [G, d] */
-    const float *q = t->q + (int64_t)row * t->q_stride + kvh * G * d;
-    for (int j0 = 0; j0 < L; j0 += B) {
-        int nj = L - j0 < B ? L - j0 : B;
-        if (j0 + B < L) prefetch(t->k + (int64_t)table[j0 / B + 1] * t->block_stride + (int64_t)kvh * B * d, B * d);
-        tf_h2f_row(t->k + (int64_t)table[j0 / B] * t->block_stride + (int64_t)kvh * B * d, kb, nj * d);
-        for (int g = 0; g < G; g++) {
-            float *sg = s + (int64_t)g * L + j0;
-            int j = 0;
-            for (; j + 8 <= nj; j += 8) dot8x8(q + g * d, kb + (int64_t)j * d, d, sg + j);
-            for (; j + 4 <= nj; j += 4) dot8x4(q + g * d, kb + (int64_t)j * d, d, sg + j);
-            for (; j < nj; j++) sg[j] = dot8(q + g * d, kb + (int64_t)j * d, d);
-        }
-    }
-    float den[64];
+/* Each of G rows of L scores as exp(s - max), and den[g] their lanes8 sum. */
+TF_CLONES void tf_softmax_rows(float *s, int G, int L, float *den) {
     for (int g = 0; g < G; g++) {
         float *sg = s + (int64_t)g * L;
         float mx = max8(sg, L);
         for (int j = 0; j < L; j++) sg[j] = exp_(sg[j] - mx);
         den[g] = sum8(sg, L);
     }
-    memset(o, 0, sizeof(float) * G * d);
-    for (int j0 = 0; j0 < L; j0 += B) {
-        int nj = L - j0 < B ? L - j0 : B;
-        if (j0 + B < L) prefetch(t->v + (int64_t)table[j0 / B + 1] * t->block_stride + (int64_t)kvh * B * d, B * d);
-        tf_h2f_row(t->v + (int64_t)table[j0 / B] * t->block_stride + (int64_t)kvh * B * d, kb, nj * d);
-        for (int g = 0; g < G; g++) add_weighted(o + g * d, s + (int64_t)g * L + j0, kb, nj, d);
+}
+
+/* One query row and one kv head: the G query heads that share it, over keys
+ * 0..pos of the row's sequence.  Scores: lanes8 dots (eight keys' chains side by
+ * side, tree8x8); softmax with max8 / exp_ / sum8; then o[i] += w[j] * v[j][i] for
+ * j in order, 64 elements of o at a time held in registers. */
+#define TF_ATTEND(NAME, ATTR, H8)                                                                    \
+ATTR static void NAME(const tf_attn *t, int row, int kvh, float *scratch) {                         \
+    int d = t->head_dim, G = t->heads / t->kv_heads, B = t->block_size, L = t->pos[row] + 1;        \
+    const int32_t *table = t->tables + t->tab_off[row];                                             \
+    float *s = scratch, *o = s + (int64_t)G * L;            /* [G, L], [G, d] */                    \
+    const float *q = t->q + (int64_t)row * t->q_stride + kvh * G * d;                               \
+    int64_t head = (int64_t)kvh * B * d;                                                            \
+    for (int j0 = 0; j0 < L; j0 += B) {                                                             \
+        int nj = L - j0 < B ? L - j0 : B;                                                           \
+        const uint16_t *kb = t->k + (int64_t)table[j0 / B] * t->block_stride + head;                \
+        if (j0 + B < L) prefetch(t->k + (int64_t)table[j0 / B + 1] * t->block_stride + head, B * d); \
+        int j = 0;                                                                                  \
+        for (; j + 8 <= nj; j += 8)                                                                 \
+            for (int g = 0; g < G; g++) {                                                           \
+                const float *qg = q + g * d;                                                        \
+                v8f c[8] = {{0}};                                                                   \
+                for (int i = 0; i < d; i += 8) {                                                    \
+                    v8f x = load8(qg + i);                                                          \
+                    for (int p = 0; p < 8; p++) c[p] = c[p] + x * H8(kb + (int64_t)(j + p) * d + i); \
+                }                                                                                   \
+                v8f r = tree8x8(c);                                                                 \
+                memcpy(s + (int64_t)g * L + j0 + j, &r, sizeof r);                                  \
+            }                                                                                       \
+        for (; j < nj; j++)                                                                         \
+            for (int g = 0; g < G; g++) {                                                           \
+                v8f c = {0};                                                                        \
+                for (int i = 0; i < d; i += 8) c = c + load8(q + g * d + i) * H8(kb + (int64_t)j * d + i); \
+                s[(int64_t)g * L + j0 + j] = tree8v(c);                                             \
+            }                                                                                       \
+    }                                                                                               \
+    float den[64];                                                                                  \
+    tf_softmax_rows(s, G, L, den);                                                                     \
+    memset(o, 0, sizeof(float) * G * d);                                                            \
+    for (int j0 = 0; j0 < L; j0 += B) {                                                             \
+        int nj = L - j0 < B ? L - j0 : B;                                                           \
+        const uint16_t *vb = t->v + (int64_t)table[j0 / B] * t->block_stride + head;                \
+        if (j0 + B < L) prefetch(t->v + (int64_t)table[j0 / B + 1] * t->block_stride + head, B * d); \
+        for (int g = 0; g < G; g++) {                                                               \
+            const float *w = s + (int64_t)g * L + j0;                                               \
+            float *og = o + g * d;                                                                  \
+            int c = 0;                                                                              \
+            for (; c + 64 <= d; c += 64) {                                                          \
+                v8f a[8];                                                                           \
+                for (int u = 0; u < 8; u++) a[u] = load8(og + c + 8 * u);                           \
+                for (int j = 0; j < nj; j++) {                                                      \
+                    v8f x = {w[j], w[j], w[j], w[j], w[j], w[j], w[j], w[j]};                       \
+                    for (int u = 0; u < 8; u++) a[u] = a[u] + x * H8(vb + (int64_t)j * d + c + 8 * u); \
+                }                                                                                   \
+                memcpy(og + c, a, sizeof a);                                                        \
+            }                                                                                       \
+            for (; c < d; c += 8) {                                                                 \
+                v8f a = load8(og + c);                                                              \
+                for (int j = 0; j < nj; j++) {                                                      \
+                    v8f x = {w[j], w[j], w[j], w[j], w[j], w[j], w[j], w[j]};                       \
+                    a = a + x * H8(vb + (int64_t)j * d + c);                                        \
+                }                                                                                   \
+                memcpy(og + c, &a, sizeof a);                                                       \
+            }                                                                                       \
+        }                                                                                           \
+    }                                                                                               \
+    float *dst = t->out + (int64_t)row * t->out_stride + kvh * G * d;                               \
+    for (int g = 0; g < G; g++)                                                                     \
+        for (int i = 0; i < d; i++) dst[g * d + i] = o[g * d + i] / den[g] + 0.0f;                  \
+}
+TF_ATTEND(attend_soft, , h8_soft)
+#ifdef TF_X86
+TF_ATTEND(attend_f16c, TF_AVX2, h8_f16c)
+#endif
+#ifdef TF_NEON
+TF_ATTEND(attend_neon, , h8_neon)
+#endif
+
+void tf_attend(const tf_attn *t, int row, int kvh, float *scratch) {
+    if (fp16_fast()) {
+#ifdef TF_X86
+        attend_f16c(t, row, kvh, scratch);
+        return;
+#endif
+#ifdef TF_NEON
+        attend_neon(t, row, kvh, scratch);
+        return;
+#endif
     }
-    float *dst = t->out + (int64_t)row * t->out_stride + kvh * G * d;
-    for (int g = 0; g < G; g++)
-        for (int i = 0; i < d; i++) dst[g * d + i] = o[g * d + i] / den[g] + 0.0f;
+    attend_soft(t, row, kvh, scratch);
 }

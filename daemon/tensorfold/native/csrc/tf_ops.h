@@ -16,14 +16,16 @@ typedef struct {
 } tf_attn;
 
 float tf_exp(float x);
+/* each of G rows of L scores as exp(s - max), den[g] their lanes8 sum (attention) */
+void tf_softmax_rows(float *s, int G, int L, float *den);
 void tf_silu_mul(const float *g, const float *u, float *out, int64_t n);
 void tf_rms_norm(const float *x, const float *w, float eps, int k, float *out);
 void tf_rope(float *x, const float *c, const float *s, int d);
 uint16_t tf_f2h(float f);
 float tf_h2f(uint16_t h);
-void tf_h2f_row(const uint16_t *h, float *f, int n);
-void tf_set_soft_h2f(int soft);
-/* scratch: (heads/kv_heads) * (pos+1) + (block_size + heads/kv_heads) * head_dim floats */
+void tf_f2h_row(const float *f, uint16_t *h, int n);
+void tf_set_soft_fp16(int soft);      /* 1: fp16 conversions in plain C (tests) */
+/* scratch: (heads/kv_heads) * (pos+1 + head_dim) floats */
 void tf_attend(const tf_attn *t, int row, int kvh, float *scratch);
 
 #endif

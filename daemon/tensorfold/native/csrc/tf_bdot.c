@@ -1,0 +1,430 @@
+/* The block formats (Q4A: GGUF's Q4_0, Q4_1, Q5_0, Q5_1; Q8: Q8_0 and weights
+ * quantized at load), repacked in groups of sixteen outputs (tf_kernels.h): dot
+ * products whose per-block integer part is exact (the "block dot"), so only the
+ * per-block scaling is fp32.  One scalar reference and SIMD paths that reproduce
+ * it bit for bit (AVX2, AVX-512 VNNI, NEON).
+ *
+ * Each 64-byte vector of a record holds the sixteen outputs' four inputs side by
+ * side: one broadcast of four activation bytes feeds sixteen outputs, each
+ * output's exact block total lands in its own int32 lane, and a block ends with
+ * one fp32 multiply-add (two with a min) per sixteen outputs. */
+#include "tf_dot.h"
+#include "tf_lanes.h"
+#include "tf_ops.h"
+#include "tf_pool.h"
+
+#include <math.h>
+
+enum { BG = 16, BQ4 = 256, BQ5 = 320, BQ8 = 512, B_HIGH = 256 };
+
+static inline int bq_bytes(int fmt, int flags) { return fmt == TF_Q8 ? BQ8 : (flags & TF_HIGH) ? BQ5 : BQ4; }
+static inline int bplanes(int fmt, int flags) { return fmt == TF_Q4A || (flags & TF_HAS_MIN) ? 2 : 1; }
+static inline int bscale_bytes(int flags) { return (flags & TF_HALF) ? 2 : 4; }
+static inline int bs_bytes(int fmt, int flags) { return bplanes(fmt, flags) * BG * bscale_bytes(flags); }
+
+/* group g's record of block b */
+static inline const uint8_t *bbits(const tf_weight *w, int64_t g, int64_t b) {
+    return w->q + (g * (w->k / 32) + b) * bq_bytes(w->fmt, w->flags);
+}
+static inline const uint8_t *bmeta(const tf_weight *w, int64_t g, int64_t b) {
+    return (const uint8_t *)w->s + (g * (w->k / 32) + b) * bs_bytes(w->fmt, w->flags);
+}
+
+/* Where a record keeps output t's element e = 4j + i (the one statement of the layout
+ * every path reads and the packer writes): byte bpos(t, e) of the 64-byte vector at
+ * bvec_at (Q8: vector j; Q4A: vector j % 4, the low nibble for e < 16, the high for
+ * e >= 16, so each dword of a GGUF block stays whole), and its fifth bit (TF_HIGH) at
+ * bit bpos of the little-endian 64-bit word at bhigh_at. */
+static inline int bpos(int t, int e) { return 4 * t + e % 4; }
+static inline int bvec_at(int fmt, int e) { return 64 * (fmt == TF_Q8 ? e / 4 : e / 4 % 4); }
+static inline int bhigh_at(int e) { return B_HIGH + 8 * (e / 4); }
+/* the byte of output t's scale in plane p (0: d, 1: m) */
+static inline int bscale_at(int flags, int p, int t) { return (p * BG + t) * bscale_bytes(flags); }
+
+/* The integer value of output t's element e of a record. */
+static inline int bq_at(const tf_weight *w, const uint8_t *rec, int t, int e) {
+    int p = bpos(t, e), v = rec[bvec_at(w->fmt, e) + p];
+    if (w->fmt == TF_Q8) return (int8_t)v;
+    v = e < 16 ? v & 15 : v >> 4;
+    if (w->flags & TF_HIGH) v |= ((rec[bhigh_at(e) + p / 8] >> (p % 8)) & 1) << 4;
+    return v;
+}
+
+/* Output t's scale in plane p, exactly the fp32 value the encoding stores. */
+static inline float bscale(const tf_weight *w, const uint8_t *meta, int p, int t) {
+    const uint8_t *at = meta + bscale_at(w->flags, p, t);
+    if (w->flags & TF_HALF) {
+        uint16_t h;
+        memcpy(&h, at, 2);
+        return tf_h2f(h);
+    }
+    float f;
+    memcpy(&f, at, 4);
+    return f;
+}
+
+/* Outputs [n0, n1) of group g (outputs 16g..16g+15): where a row stores. */
+static inline void bstore_group(float *yr, int64_t g, int n0, int n1, const float *v) {
+    for (int t = 0; t < BG; t++) {
+        int64_t n = BG * g + t;
+        if (n >= n0 && n < n1) yr[n] = v[t];
+    }
+}
+
+static inline int32_t x4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* ---------------------------------------------------------------- reference */
+
+static void brows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) {
+    int64_t k = w->k, nb = k / 32;
+    int mins = bplanes(w->fmt, w->flags) == 2;
+    for (int64_t g = n0 / BG; g * BG < n1; g++)
+        for (int64_t r = 0; r < a->rows; r++) {
+            float acc[BG];
+            for (int t = 0; t < BG; t++) {
+                acc[t] = 0.0f;
+                for (int64_t b = 0; b < nb; b++) {
+                    const uint8_t *rec = bbits(w, g, b), *meta = bmeta(w, g, b);
+                    const int8_t *xq = a->q + r * k + b * 32;
+                    float xs = a->s[r * nb + b];
+                    int32_t P = 0;
+                    for (int e = 0; e < 32; e++) P += bq_at(w, rec, t, e) * xq[e];
+                    acc[t] = fmaf((float)P, xs * bscale(w, meta, 0, t), acc[t]);
+                    if (mins) acc[t] = fmaf(a->sum[r * nb + b], xs * bscale(w, meta, 1, t), acc[t]);
+                }
+            }
+            bstore_group(y + r * ldy, g, n0, n1, acc);
+        }
+}
+
+/* ---------------------------------------------------------------- x86 */
+#ifdef TF_X86
+
+/* Group g's record of block b.  Records run in memory in the order a pass reads
+ * them (a group's blocks, then the next group's), so on a group's first pass over
+ * a chunk of rows the bytes BDIST ahead are prefetched, values and scales alike. */
+#ifndef TF_BDIST
+#define TF_BDIST 8192
+#endif
+TF_AVX2 TF_INLINE const uint8_t *brecord(const tf_weight *w, int64_t g, int64_t b, int ahead) {
+    const uint8_t *rec = bbits(w, g, b);
+    if (ahead) {
+        int QB = bq_bytes(w->fmt, w->flags), SB = bs_bytes(w->fmt, w->flags);
+        prefetch_span(rec + TF_BDIST, QB);
+        prefetch_span(bmeta(w, g, b) + TF_BDIST / QB * SB, SB);
+    }
+    return rec;
+}
+
+/* A block's 32 fifth bits of eight outputs (TF_HIGH) as bytes 0 or 16. */
+TF_AVX2 TF_INLINE __m256i bhigh_avx2(const uint8_t *p) {
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201ULL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(x4((const int8_t *)p)), spread);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(16));
+}
+
+/* Eight outputs' (half o of a group) scales of plane p. */
+TF_AVX2 TF_INLINE __m256 bscale8(const uint8_t *meta, int flags, int p, int o) {
+    const uint8_t *at = meta + bscale_at(flags, p, 8 * o);
+    if (flags & TF_HALF) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)at));
+    return _mm256_loadu_ps((const float *)at);
+}
+
+/* The block dot's fp32 steps for one row: P the exact totals, xs and sum the row's
+ * block scale and q sum. */
+#define TF_BFINISH(ACC, P, XS, SUM, D, M, MIN, FMA, MUL, SET1)                                      \
+    do {                                                                                            \
+        ACC = FMA(P, MUL(SET1(XS), D), ACC);                                                        \
+        if (MIN) ACC = FMA(SET1(SUM), MUL(SET1(XS), M), ACC);                                       \
+    } while (0)
+
+/* AVX2: half o (outputs 8o..8o+7) of group g by RT rows, a block at a time, in two
+ * parts of four vectors (Q4A: the low, then the high nibbles).  Q4A: each vector's
+ * maddubs pair sums (at most 2 * 31 * 127) of the part added in int16, then one madd;
+ * Q8: maddubs of |w| and x with w's sign, one madd per vector. */
+TF_AVX2 TF_INLINE void btile_avx2(const tf_weight *w, int64_t g, int o, const tf_acts *a, int r0, int RT,
+                                  float *y, int ldy, int n0, int n1, int ahead, int Q4, int HIGH, int MIN) {
+    int64_t k = w->k, nb = k / 32;
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    __m256 acc[8];                  /* RT <= 4 (shapes past the row tile are never called) */
+    _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = brecord(w, g, b, ahead && o == 0), *meta = bmeta(w, g, b);
+        __m256i P[8];
+        _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) P[r] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 2") for (int part = 0; part < 2; part++) {
+            __m256i v[4];
+            _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {
+                int e = 16 * part + 4 * m;
+                v[m] = _mm256_loadu_si256((const __m256i *)(rec + bvec_at(w->fmt, e) + 32 * o));
+                if (Q4) {
+                    v[m] = part ? _mm256_and_si256(_mm256_srli_epi16(v[m], 4), m4) : _mm256_and_si256(v[m], m4);
+                    if (HIGH) v[m] = _mm256_or_si256(v[m], bhigh_avx2(rec + bhigh_at(e) + 4 * o));
+                }
+            }
+            _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) {
+                const int8_t *xq = a->q + (int64_t)(r0 + r) * k + b * 32 + 16 * part;
+                if (Q4) {
+                    __m256i p16 = _mm256_maddubs_epi16(v[0], _mm256_set1_epi32(x4(xq)));
+                    _Pragma("GCC unroll 3") for (int m = 1; m < 4; m++)
+                        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(v[m], _mm256_set1_epi32(x4(xq + 4 * m))));
+                    P[r] = _mm256_add_epi32(P[r], _mm256_madd_epi16(p16, ones));
+                } else {
+                    _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {
+                        __m256i x = _mm256_sign_epi8(_mm256_set1_epi32(x4(xq + 4 * m)), v[m]);
+                        P[r] = _mm256_add_epi32(P[r], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(v[m], v[m]), x), ones));
+                    }
+                }
+            }
+        }
+        __m256 d = bscale8(meta, w->flags, 0, o), mn = MIN ? bscale8(meta, w->flags, 1, o) : d;
+        _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) {
+            int64_t at = (int64_t)(r0 + r) * nb + b;
+            TF_BFINISH(acc[r], _mm256_cvtepi32_ps(P[r]), a->s[at], a->sum[at], d, mn, MIN,
+                       _mm256_fmadd_ps, _mm256_mul_ps, _mm256_set1_ps);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) {
+        float *yr = y + (int64_t)(r0 + r) * ldy;
+        int64_t lo = BG * g + 8 * o;
+        if (lo >= n0 && lo + 8 <= n1) _mm256_storeu_ps(yr + lo, acc[r]);
+        else {
+            float t[8];
+            _mm256_storeu_ps(t, acc[r]);
+            for (int i = 0; i < 8; i++)
+                if (lo + i >= n0 && lo + i < n1) yr[lo + i] = t[i];
+        }
+    }
+}
+
+/* Sixteen outputs' scales of plane p. */
+TF_VNNI TF_INLINE __m512 bscale16(const uint8_t *meta, int flags, int p) {
+    const uint8_t *at = meta + bscale_at(flags, p, 0);
+    if (flags & TF_HALF) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)at));
+    return _mm512_loadu_ps((const float *)at);
+}
+
+/* AVX-512 VNNI: group g by RT rows, a block at a time: the eight vectors unpacked once
+ * (Q8 offset to unsigned by 128, taken back exactly as 128 * the row's q sum), one
+ * dpbusd per vector and row. */
+TF_VNNI TF_INLINE void btile_vnni(const tf_weight *w, int64_t g, const tf_acts *a, int r0, int RT,
+                                  float *y, int ldy, int n0, int n1, int ahead, int Q4, int HIGH, int MIN) {
+    int64_t k = w->k, nb = k / 32;
+    const __m512i m4 = _mm512_set1_epi8(15);
+    __m512 acc[8];
+    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = brecord(w, g, b, ahead), *meta = bmeta(w, g, b);
+        __m512i v[8];
+        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {
+            __m512i raw = _mm512_loadu_si512((const void *)(rec + bvec_at(w->fmt, 4 * j)));
+            if (!Q4) v[j] = _mm512_xor_si512(raw, _mm512_set1_epi8((char)0x80));
+            else v[j] = j < 4 ? _mm512_and_si512(raw, m4) : _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+            if (HIGH) {
+                uint64_t h;
+                memcpy(&h, rec + bhigh_at(4 * j), 8);
+                v[j] = _mm512_mask_add_epi8(v[j], _cvtu64_mask64(h), v[j], _mm512_set1_epi8(16));
+            }
+        }
+        __m512 d = bscale16(meta, w->flags, 0), mn = MIN ? bscale16(meta, w->flags, 1) : d;
+        _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {
+            int64_t row = r0 + r, at = row * nb + b;
+            const int8_t *xq = a->q + row * k + b * 32;
+            __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
+            _Pragma("GCC unroll 4") for (int j = 0; j < 8; j += 2) {
+                p0 = _mm512_dpbusd_epi32(p0, v[j], _mm512_set1_epi32(x4(xq + 4 * j)));
+                p1 = _mm512_dpbusd_epi32(p1, v[j + 1], _mm512_set1_epi32(x4(xq + 4 * j + 4)));
+            }
+            __m512 P = _mm512_cvtepi32_ps(_mm512_add_epi32(p0, p1));
+            if (!Q4) P = _mm512_fnmadd_ps(_mm512_set1_ps(a->sum[at]), _mm512_set1_ps(128.0f), P);   /* exact */
+            TF_BFINISH(acc[r], P, a->s[at], a->sum[at], d, mn, MIN, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_set1_ps);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {
+        float *yr = y + (int64_t)(r0 + r) * ldy;
+        if (g * BG >= n0 && g * BG + BG <= n1) _mm512_storeu_ps(yr + g * BG, acc[r]);
+        else {
+            float t[BG];
+            _mm512_storeu_ps(t, acc[r]);
+            bstore_group(yr, g, n0, n1, t);
+        }
+    }
+}
+
+/* One function per tile shape and format, each register-allocated on its own. */
+#define TF_BSHAPE(NAME, ATTR, f, Q4, HIGH, MIN, RT)                                                  \
+ATTR __attribute__((noinline)) static void NAME##_##f##_##RT(                                       \
+        const tf_weight *w, int64_t g, const tf_acts *a, int r, float *y, int ldy, int n0, int n1, int ahead) { \
+    NAME##_group(w, g, a, r, RT, y, ldy, n0, n1, ahead, Q4, HIGH, MIN);                             \
+}
+/* Rows go in chunks whose activations stay in cache while every group passes over them. */
+#define TF_BFORMAT(NAME, ATTR, f, Q4, HIGH, MIN, RMAX)                                               \
+TF_BSHAPE(NAME, ATTR, f, Q4, HIGH, MIN, 1) TF_BSHAPE(NAME, ATTR, f, Q4, HIGH, MIN, 2)                \
+TF_BSHAPE(NAME, ATTR, f, Q4, HIGH, MIN, 3) TF_BSHAPE(NAME, ATTR, f, Q4, HIGH, MIN, 4)                \
+TF_BSHAPE(NAME, ATTR, f, Q4, HIGH, MIN, 5) TF_BSHAPE(NAME, ATTR, f, Q4, HIGH, MIN, 6)                \
+TF_BSHAPE(NAME, ATTR, f, Q4, HIGH, MIN, 7) TF_BSHAPE(NAME, ATTR, f, Q4, HIGH, MIN, 8)                \
+ATTR static void NAME##_##f(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
+    typedef void (*shape)(const tf_weight *, int64_t, const tf_acts *, int, float *, int, int, int, int); \
+    static const shape shapes[9] = {0, NAME##_##f##_1, NAME##_##f##_2, NAME##_##f##_3, NAME##_##f##_4, \
+                                    NAME##_##f##_5, NAME##_##f##_6, NAME##_##f##_7, NAME##_##f##_8}; \
+    int rows = a->rows, chunk = (int)(393216 / w->k) / RMAX * RMAX;                                 \
+    if (chunk < RMAX) chunk = RMAX;                                                                 \
+    for (int c = 0; c < rows; c += chunk) {                                                         \
+        int end = c + chunk < rows ? c + chunk : rows;                                              \
+        for (int64_t g = n0 / BG; g * BG < n1; g++)                                                 \
+            for (int r = c; r < end; r += RMAX) {                                                   \
+                int RT = end - r < RMAX ? end - r : RMAX;                                           \
+                shapes[RT](w, g, a, r, y, ldy, n0, n1, r == c);   /* the first pass loads the group */ \
+            }                                                                                       \
+    }                                                                                               \
+}
+#define TF_BKERNELS(NAME, ATTR, RMAX)                                                                \
+TF_BFORMAT(NAME, ATTR, q4a, 1, 0, 1, RMAX)                                                           \
+TF_BFORMAT(NAME, ATTR, q5a, 1, 1, 1, RMAX)                                                           \
+TF_BFORMAT(NAME, ATTR, q8m, 0, 0, 1, RMAX)                                                           \
+TF_BFORMAT(NAME, ATTR, q8, 0, 0, 0, RMAX)                                                            \
+ATTR static void NAME##_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
+    if (w->fmt == TF_Q4A) {                                                                         \
+        if (w->flags & TF_HIGH) NAME##_q5a(w, n0, n1, a, y, ldy);                                   \
+        else NAME##_q4a(w, n0, n1, a, y, ldy);                                                      \
+    } else if (w->flags & TF_HAS_MIN) NAME##_q8m(w, n0, n1, a, y, ldy);                             \
+    else NAME##_q8(w, n0, n1, a, y, ldy);                                                           \
+}
+
+/* AVX2 runs a group as its two halves of eight outputs (those inside [n0, n1)). */
+TF_AVX2 TF_INLINE void bavx2_group(const tf_weight *w, int64_t g, const tf_acts *a, int r0, int RT, float *y,
+                                   int ldy, int n0, int n1, int ahead, int Q4, int HIGH, int MIN) {
+    _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++)
+        if (BG * g + 8 * o + 8 > n0 && BG * g + 8 * o < n1)
+            btile_avx2(w, g, o, a, r0, RT, y, ldy, n0, n1, ahead, Q4, HIGH, MIN);
+}
+TF_VNNI TF_INLINE void bvnni_group(const tf_weight *w, int64_t g, const tf_acts *a, int r0, int RT, float *y,
+                                   int ldy, int n0, int n1, int ahead, int Q4, int HIGH, int MIN) {
+    btile_vnni(w, g, a, r0, RT, y, ldy, n0, n1, ahead, Q4, HIGH, MIN);
+}
+TF_BKERNELS(bavx2, TF_AVX2, 4)
+TF_BKERNELS(bvnni, TF_VNNI, 8)
+#endif
+
+/* ---------------------------------------------------------------- NEON */
+#ifdef TF_NEON
+/* Four outputs' (quarter o of a group) vector of elements e..e+3, as int8 (Q4A: 0..31). */
+static inline int8x16_t bunpack_neon(const tf_weight *w, const uint8_t *rec, int e, int o) {
+    uint8x16_t v = vld1q_u8(rec + bvec_at(w->fmt, e) + 16 * o);
+    if (w->fmt == TF_Q8) return vreinterpretq_s8_u8(v);
+    v = e < 16 ? vandq_u8(v, vdupq_n_u8(15)) : vshrq_n_u8(v, 4);
+    if (w->flags & TF_HIGH) {
+        static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+        const uint8_t *h = rec + bhigh_at(e) + 2 * o;
+        uint8x16_t hb = vtstq_u8(vcombine_u8(vdup_n_u8(h[0]), vdup_n_u8(h[1])), vld1q_u8(bit));
+        v = vorrq_u8(v, vandq_u8(hb, vdupq_n_u8(16)));
+    }
+    return vreinterpretq_s8_u8(v);
+}
+
+static void brows_neon(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) {
+    int64_t k = w->k, nb = k / 32;
+    int mins = bplanes(w->fmt, w->flags) == 2;
+    for (int64_t g = n0 / BG; g * BG < n1; g++)
+        for (int64_t r = 0; r < a->rows; r++) {
+            float32x4_t acc[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *rec = bbits(w, g, b), *meta = bmeta(w, g, b);
+                const int8_t *xq = a->q + r * k + b * 32;
+                float xs = a->s[r * nb + b], sum = a->sum[r * nb + b];
+                for (int o = 0; o < 4; o++) {
+                    int32x4_t P = vdupq_n_s32(0);
+                    for (int e = 0; e < 32; e += 4)
+                        P = vaddq_s32(P, dot4(bunpack_neon(w, rec, e, o), vreinterpretq_s8_s32(vdupq_n_s32(x4(xq + e)))));
+                    float d[4], m[4];
+                    for (int t = 0; t < 4; t++) {
+                        d[t] = bscale(w, meta, 0, 4 * o + t);
+                        m[t] = mins ? bscale(w, meta, 1, 4 * o + t) : 0.0f;
+                    }
+                    acc[o] = vfmaq_f32(acc[o], vcvtq_f32_s32(P), vmulq_n_f32(vld1q_f32(d), xs));
+                    if (mins) acc[o] = vfmaq_f32(acc[o], vdupq_n_f32(sum), vmulq_n_f32(vld1q_f32(m), xs));
+                }
+            }
+            float t[BG];
+            for (int o = 0; o < 4; o++) vst1q_f32(t + 4 * o, acc[o]);
+            bstore_group(y + r * ldy, g, n0, n1, t);
+        }
+}
+#endif
+
+/* ---------------------------------------------------------------- dispatch */
+
+void tf_bdot_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) {
+    switch (tf_isa()) {
+#ifdef TF_X86
+    case 1: bavx2_rows(w, n0, n1, a, y, ldy); return;
+    case 2: bvnni_rows(w, n0, n1, a, y, ldy); return;
+#endif
+#ifdef TF_NEON
+    case 3: brows_neon(w, n0, n1, a, y, ldy); return;
+#endif
+    default: brows_ref(w, n0, n1, a, y, ldy);
+    }
+}
+
+/* One output row as fp32: q * d (+ m), a multiply then an add. */
+void tf_bdequant_row(const tf_weight *w, int n, float *out) {
+    int mins = bplanes(w->fmt, w->flags) == 2, t = n % BG;
+    for (int64_t b = 0; b < w->k / 32; b++) {
+        const uint8_t *rec = bbits(w, n / BG, b), *meta = bmeta(w, n / BG, b);
+        float d = bscale(w, meta, 0, t), m = mins ? bscale(w, meta, 1, t) : 0.0f;
+        for (int e = 0; e < 32; e++) {
+            float v = (float)bq_at(w, rec, t, e) * d;
+            out[b * 32 + e] = mins ? v + m : v;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- repacking */
+
+typedef struct {
+    int fmt, flags, n, k;
+    const uint8_t *q, *qh, *s;
+    uint8_t *oq, *os;
+} bpack_job;
+
+/* The rows of groups [ith/nth, (ith+1)/nth) of the whole: threads never share a record. */
+static void bpack_rows(void *ctx, int ith, int nth) {
+    const bpack_job *p = ctx;
+    int fmt = p->fmt, flags = p->flags, S = bplanes(fmt, flags), es = bscale_bytes(flags);
+    int64_t nb = p->k / 32, QB = bq_bytes(fmt, flags), SB = bs_bytes(fmt, flags), groups = (p->n + BG - 1) / BG;
+    int64_t r0 = groups * ith / nth * BG, r1 = groups * (ith + 1) / nth * BG;
+    if (r1 > p->n) r1 = p->n;
+    for (int64_t row = r0; row < r1; row++) {
+        int64_t g = row / BG;
+        int t = (int)(row % BG);
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *rec = p->oq + (g * nb + b) * QB, *meta = p->os + (g * nb + b) * SB;
+            if (fmt == TF_Q8) {
+                for (int e = 0; e < 32; e += 4) memcpy(rec + bvec_at(fmt, e) + bpos(t, e), p->q + row * p->k + b * 32 + e, 4);
+            } else {
+                for (int e = 0; e < 16; e += 4) memcpy(rec + bvec_at(fmt, e) + bpos(t, e), p->q + row * (p->k / 2) + b * 16 + e, 4);
+                if (flags & TF_HIGH)
+                    for (int e = 0; e < 32; e++) {
+                        int bit = (p->qh[(row * nb + b) * 4 + e / 8] >> (e % 8)) & 1, at = bpos(t, e);
+                        rec[bhigh_at(e) + at / 8] |= (uint8_t)(bit << (at % 8));
+                    }
+            }
+            for (int pl = 0; pl < S; pl++)
+                memcpy(meta + bscale_at(flags, pl, t), p->s + ((row * S + pl) * nb + b) * es, (size_t)es);
+        }
+    }
+}
+
+void tf_bpack(int fmt, int flags, int n, int k, const uint8_t *q, const uint8_t *qh, const uint8_t *s,
+              uint8_t *oq, uint8_t *os) {
+    bpack_job job = {fmt, flags, n, k, q, qh, s, oq, os};
+    tf_pool_run(bpack_rows, &job, (int64_t)n * k >= (1 << 20) ? 0 : 1);
+}
