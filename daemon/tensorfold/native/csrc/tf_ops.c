@@ -237,13 +237,22 @@ static inline void prefetch(const uint16_t *p, int n) {      /* the next block's
 }
 
 /* Attention reads the fp16 keys and values where they lie, eight at a time widened
- * exactly to fp32 (H8), so one instance per way of widening gives the same bits. */
+ * exactly to fp32 (H8), and multiply-adds lane by lane with one rounding (FMA8), so
+ * one instance per instruction set gives the same bits. */
+static inline v8f fma8_soft(v8f a, v8f b, v8f c) {
+    v8f r;
+    for (int l = 0; l < 8; l++) r[l] = fmaf(a[l], b[l], c[l]);
+    return r;
+}
 static inline v8f h8_soft(const uint16_t *p) {
     v8f v;
     for (int i = 0; i < 8; i++) v[i] = tf_h2f(p[i]);
     return v;
 }
 #ifdef TF_X86
+TF_AVX2 TF_INLINE v8f fma8_avx2(v8f a, v8f b, v8f c) {
+    return (v8f)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+}
 TF_AVX2 TF_INLINE v8f h8_f16c(const uint16_t *p) {
     return (v8f)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
@@ -268,10 +277,11 @@ TF_CLONES void tf_softmax_rows(float *s, int G, int L, float *den) {
 }
 
 /* One query row and one kv head: the G query heads that share it, over keys
- * 0..pos of the row's sequence.  Scores: lanes8 dots (eight keys' chains side by
- * side, tree8x8); softmax with max8 / exp_ / sum8; then o[i] += w[j] * v[j][i] for
- * j in order, 64 elements of o at a time held in registers. */
-#define TF_ATTEND(NAME, ATTR, H8)                                                                    \
+ * 0..pos of the row's sequence.  Scores: lanes8 dots whose lanes multiply-add with
+ * one rounding (eight keys' chains side by side, tree8x8); softmax with max8 /
+ * exp_ / sum8; then o[i] = fma(w[j], v[j][i], o[i]) for j in order, 64 elements of o
+ * at a time held in registers. */
+#define TF_ATTEND(NAME, ATTR, H8, FMA8)                                                                    \
 ATTR static void NAME(const tf_attn *t, int row, int kvh, float *scratch) {                         \
     int d = t->head_dim, G = t->heads / t->kv_heads, B = t->block_size, L = t->pos[row] + 1;        \
     const int32_t *table = t->tables + t->tab_off[row];                                             \
@@ -289,7 +299,7 @@ ATTR static void NAME(const tf_attn *t, int row, int kvh, float *scratch) {     
                 v8f c[8] = {{0}};                                                                   \
                 for (int i = 0; i < d; i += 8) {                                                    \
                     v8f x = load8(qg + i);                                                          \
-                    for (int p = 0; p < 8; p++) c[p] = c[p] + x * H8(kb + (int64_t)(j + p) * d + i); \
+                    for (int p = 0; p < 8; p++) c[p] = FMA8(x, H8(kb + (int64_t)(j + p) * d + i), c[p]); \
                 }                                                                                   \
                 v8f r = tree8x8(c);                                                                 \
                 memcpy(s + (int64_t)g * L + j0 + j, &r, sizeof r);                                  \
@@ -297,7 +307,7 @@ ATTR static void NAME(const tf_attn *t, int row, int kvh, float *scratch) {     
         for (; j < nj; j++)                                                                         \
             for (int g = 0; g < G; g++) {                                                           \
                 v8f c = {0};                                                                        \
-                for (int i = 0; i < d; i += 8) c = c + load8(q + g * d + i) * H8(kb + (int64_t)j * d + i); \
+                for (int i = 0; i < d; i += 8) c = FMA8(load8(q + g * d + i), H8(kb + (int64_t)j * d + i), c); \
                 s[(int64_t)g * L + j0 + j] = tree8v(c);                                             \
             }                                                                                       \
     }                                                                                               \
@@ -317,7 +327,7 @@ ATTR static void NAME(const tf_attn *t, int row, int kvh, float *scratch) {     
                 for (int u = 0; u < 8; u++) a[u] = load8(og + c + 8 * u);                           \
                 for (int j = 0; j < nj; j++) {                                                      \
                     v8f x = {w[j], w[j], w[j], w[j], w[j], w[j], w[j], w[j]};                       \
-                    for (int u = 0; u < 8; u++) a[u] = a[u] + x * H8(vb + (int64_t)j * d + c + 8 * u); \
+                    for (int u = 0; u < 8; u++) a[u] = FMA8(x, H8(vb + (int64_t)j * d + c + 8 * u), a[u]); \
                 }                                                                                   \
                 memcpy(og + c, a, sizeof a);                                                        \
             }                                                                                       \
@@ -325,7 +335,7 @@ ATTR static void NAME(const tf_attn *t, int row, int kvh, float *scratch) {     
                 v8f a = load8(og + c);                                                              \
                 for (int j = 0; j < nj; j++) {                                                      \
                     v8f x = {w[j], w[j], w[j], w[j], w[j], w[j], w[j], w[j]};                       \
-                    a = a + x * H8(vb + (int64_t)j * d + c);                                        \
+                    a = FMA8(x, H8(vb + (int64_t)j * d + c), a);                                    \
                 }                                                                                   \
                 memcpy(og + c, &a, sizeof a);                                                       \
             }                                                                                       \
@@ -335,12 +345,12 @@ ATTR static void NAME(const tf_attn *t, int row, int kvh, float *scratch) {     
     for (int g = 0; g < G; g++)                                                                     \
         for (int i = 0; i < d; i++) dst[g * d + i] = o[g * d + i] / den[g] + 0.0f;                  \
 }
-TF_ATTEND(attend_soft, , h8_soft)
+TF_ATTEND(attend_soft, , h8_soft, fma8_soft)
 #ifdef TF_X86
-TF_ATTEND(attend_f16c, TF_AVX2, h8_f16c)
+TF_ATTEND(attend_f16c, TF_AVX2, h8_f16c, fma8_avx2)
 #endif
 #ifdef TF_NEON
-TF_ATTEND(attend_neon, , h8_neon)
+TF_ATTEND(attend_neon, , h8_neon, fma8_soft)
 #endif
 
 void tf_attend(const tf_attn *t, int row, int kvh, float *scratch) {
