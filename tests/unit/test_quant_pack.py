@@ -73,7 +73,7 @@ LAYOUTS = {
     QT.Q8_0: (Q.FMT_Q8, Q.HALF, 1, 34),                         # 34
     QT.Q4_K: (Q.FMT_K4, 0, 0, 18.5),                            # 18
     QT.Q5_K: (Q.FMT_K5, 0, 0, 22.5),                            # 22
-    QT.Q6_K: (Q.FMT_K6, 0, 0, 26.25),                           # 26.25
+    QT.Q6_K: (Q.FMT_K6, 0, 0, 26.75),                           # 26.25
 }
 BLOCK_LAYOUTS = [qt for qt in LAYOUTS if LAYOUTS[qt][0] not in Q.K_FORMATS]
 

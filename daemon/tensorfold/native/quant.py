@@ -26,9 +26,9 @@ k // 256): the file's super-blocks regrouped by eight outputs (the last group
 padded with zero outputs), ``q`` uint8 ``[G, nsb * bits]`` the values (K4 1024
 bytes per group and super-block, K5 1280, K6 1536: eight outputs' 8 inputs side
 by side in each 64 bytes) and ``s`` uint8 ``[G, nsb * meta]`` the scales (K4/K5:
-fp16 d, dmin and the 6-bit codes sc, mn a byte each, 160; K6: fp16 d and the
-int8 codes, 144); tf_kernels.h has the byte order.  The C packer (``tf_kpack``)
-writes them.  K4/K5: value = q * (d * sc) + (-dmin * mn); K6: value = (q - 32) *
+fp16 d, dmin and the 6-bit codes sc, mn a byte each, 160; K6: fp16 d, the int8
+codes and each output's int32 sum of code * (q - 32), 176); tf_kernels.h has the
+byte order.  The C packer (``tf_kpack``) writes them.  K4/K5: value = q * (d * sc) + (-dmin * mn); K6: value = (q - 32) *
 (d * code), one int8 code per 16 inputs.  The kernels multiply the codes as
 integers over whole super-blocks (tf_kernels.h, "K dot").
 
@@ -36,7 +36,7 @@ integers over whole super-blocks (tf_kernels.h, "K dot").
     Q4_0 -> Q4A HALF 20 (18)            Q4_1 -> Q4A HALF 20 (20)
     Q5_0 -> Q4A HIGH HALF 24 (22)       Q5_1 -> Q4A HIGH HALF 24 (24)
     Q8_0 -> Q8 HALF 34 (34)             Q4_K -> K4 18.5 (18)
-    Q5_K -> K5 22.5 (22)                Q6_K -> K6 26.25 (26.25)
+    Q5_K -> K5 22.5 (22)                Q6_K -> K6 26.75 (26.25)
 A HALF plane that would not be exact (-8d or -16d past fp16's range) stays
 float32.  Float tensors are quantized with ``quantize_float``, whose scales
 (amax / 127) are not fp16 values: float32.  ``dequantize`` is the float32
@@ -174,15 +174,16 @@ def _b_group(fmt: int, flags: int, n: int, k: int, q: np.ndarray, s: np.ndarray,
     return Packed(fmt, flags, n, k, oq, os_)
 
 
-def _b_records(p: Packed) -> tuple[np.ndarray, np.ndarray]:
-    """A Q4A/Q8 weight's records per (group, block), uint8 [G, nb, bits], [G, nb, scales]."""
-    nb = p.k // 32
+def _records(p: Packed, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """A grouped weight's records per (group, block of `span` inputs: 32, or 256 for the
+    K formats), uint8 [G, k // span, bits], [G, k // span, scales]."""
+    nb = p.k // span
     return p.q.reshape(-1, nb, p.q.shape[1] // nb), p.s.reshape(-1, nb, p.s.shape[1] // nb)
 
 
 def _b_values(p: Packed) -> np.ndarray:
     """A Q4A/Q8 weight's integer values, int16 [n, nb, 32]."""
-    bits = _b_records(p)[0]
+    bits = _records(p, 32)[0]
     G, nb = bits.shape[:2]
     if p.fmt == FMT_Q8:
         v = bits.view(np.int8).reshape(G, nb, 8, 16, 4).astype(np.int16)          # [G, b, j, t, i]
@@ -197,7 +198,7 @@ def _b_values(p: Packed) -> np.ndarray:
 
 def _b_scales_of(p: Packed) -> np.ndarray:
     """A Q4A/Q8 weight's float32 scales [n, S, nb]."""
-    meta = _b_records(p)[1]
+    meta = _records(p, 32)[1]
     G, nb = meta.shape[:2]
     f = np.ascontiguousarray(meta).view(np.float16 if p.flags & HALF else _F32).reshape(G, nb, -1, 16)
     return np.ascontiguousarray(_ungroup(f.transpose(0, 3, 2, 1), p.n), dtype=_F32)     # [G, t, S, b]
@@ -208,15 +209,9 @@ def _ungroup(a: np.ndarray, n: int) -> np.ndarray:
     return a.reshape(-1, *a.shape[2:])[:n]
 
 
-def _k_records(p: Packed) -> tuple[np.ndarray, np.ndarray]:
-    """A K weight's records per (group, super-block), uint8 [G, nsb, bits], [G, nsb, meta]."""
-    nsb = p.k // 256
-    return p.q.reshape(-1, nsb, p.q.shape[1] // nsb), p.s.reshape(-1, nsb, p.s.shape[1] // nsb)
-
-
 def _k_values(p: Packed) -> np.ndarray:
     """A K weight's unsigned values (K6: 0..63, before its -32), uint8 [n, nsb, 8, 32]."""
-    bits = _k_records(p)[0]
+    bits = _records(p, 256)[0]
     G, nsb = bits.shape[:2]
     nib = bits[..., :1024].reshape(G, nsb, 4, 1, 4, 8, 8)                 # [G, j, pair, ., m, t, i]
     v = np.concatenate([nib & 0x0F, nib >> 4], axis=3).reshape(G, nsb, 8, 4, 8, 8)   # [G, j, b, m, t, i]
@@ -231,7 +226,7 @@ def _k_values(p: Packed) -> np.ndarray:
     return _ungroup(v.transpose(0, 4, 1, 2, 5, 3, 6), p.n).reshape(p.n, nsb, 8, 32)   # element 16h + 4m + i
 
 
-K_RECORD = {FMT_K4: (1024, 160), FMT_K5: (1280, 160), FMT_K6: (1536, 144)}  # bytes per group and super-block
+K_RECORD = {FMT_K4: (1024, 160), FMT_K5: (1280, 160), FMT_K6: (1536, 176)}  # bytes per group and super-block
 
 
 def _zeros64(shape: tuple[int, int]) -> np.ndarray:
@@ -257,7 +252,7 @@ def _k_group(fmt: int, blk: np.ndarray, n: int, k: int) -> Packed:
 def _k_scales_of(p: Packed) -> np.ndarray:
     """A K weight's float32 scale planes [n, 2, nb]: K4/K5 d * sc and -dmin * mn per
     block; K6 d * code for inputs 0..15 and 16..31 of each block."""
-    meta = _k_records(p)[1]
+    meta = _records(p, 256)[1]
     G, nsb = meta.shape[:2]
     out = lambda a: _ungroup(a.swapaxes(1, 2), p.n)                       # [G, j, t, ...] -> [n, j, ...]  # noqa: E731
     d = out(_f16(meta[..., 0:16].reshape(G, nsb, 8, 2)))[..., None]

@@ -264,26 +264,16 @@ ATTR __attribute__((noinline)) static void NAME##_##f##_##RT(                   
         const tf_weight *w, int64_t g, const tf_acts *a, int r, float *y, int ldy, int n0, int n1, int ahead) { \
     NAME##_group(w, g, a, r, RT, y, ldy, n0, n1, ahead, Q4, HIGH, MIN);                             \
 }
-/* Rows go in chunks whose activations stay in cache while every group passes over them. */
+/* Shapes: a group by RMAX rows, and by each smaller count for the last rows (tf_tiles). */
 #define TF_BFORMAT(NAME, ATTR, f, Q4, HIGH, MIN, RMAX)                                               \
 TF_BSHAPE(NAME, ATTR, f, Q4, HIGH, MIN, 1) TF_BSHAPE(NAME, ATTR, f, Q4, HIGH, MIN, 2)                \
 TF_BSHAPE(NAME, ATTR, f, Q4, HIGH, MIN, 3) TF_BSHAPE(NAME, ATTR, f, Q4, HIGH, MIN, 4)                \
 TF_BSHAPE(NAME, ATTR, f, Q4, HIGH, MIN, 5) TF_BSHAPE(NAME, ATTR, f, Q4, HIGH, MIN, 6)                \
 TF_BSHAPE(NAME, ATTR, f, Q4, HIGH, MIN, 7) TF_BSHAPE(NAME, ATTR, f, Q4, HIGH, MIN, 8)                \
 ATTR static void NAME##_##f(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
-    typedef void (*shape)(const tf_weight *, int64_t, const tf_acts *, int, float *, int, int, int, int); \
-    static const shape shapes[9] = {0, NAME##_##f##_1, NAME##_##f##_2, NAME##_##f##_3, NAME##_##f##_4, \
+    static const tf_tile_fn shapes[9] = {0, NAME##_##f##_1, NAME##_##f##_2, NAME##_##f##_3, NAME##_##f##_4, \
                                     NAME##_##f##_5, NAME##_##f##_6, NAME##_##f##_7, NAME##_##f##_8}; \
-    int rows = a->rows, chunk = (int)(393216 / w->k) / RMAX * RMAX;                                 \
-    if (chunk < RMAX) chunk = RMAX;                                                                 \
-    for (int c = 0; c < rows; c += chunk) {                                                         \
-        int end = c + chunk < rows ? c + chunk : rows;                                              \
-        for (int64_t g = n0 / BG; g * BG < n1; g++)                                                 \
-            for (int r = c; r < end; r += RMAX) {                                                   \
-                int RT = end - r < RMAX ? end - r : RMAX;                                           \
-                shapes[RT](w, g, a, r, y, ldy, n0, n1, r == c);   /* the first pass loads the group */ \
-            }                                                                                       \
-    }                                                                                               \
+    tf_tiles(shapes, BG, RMAX, w, n0, n1, a, y, ldy);                                               \
 }
 #define TF_BKERNELS(NAME, ATTR, RMAX)                                                                \
 TF_BFORMAT(NAME, ATTR, q4a, 1, 0, 1, RMAX)                                                           \
@@ -362,16 +352,7 @@ static void brows_neon(const tf_weight *w, int n0, int n1, const tf_acts *a, flo
 /* ---------------------------------------------------------------- dispatch */
 
 void tf_bdot_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) {
-    switch (tf_isa()) {
-#ifdef TF_X86
-    case 1: bavx2_rows(w, n0, n1, a, y, ldy); return;
-    case 2: bvnni_rows(w, n0, n1, a, y, ldy); return;
-#endif
-#ifdef TF_NEON
-    case 3: brows_neon(w, n0, n1, a, y, ldy); return;
-#endif
-    default: brows_ref(w, n0, n1, a, y, ldy);
-    }
+    TF_BY_ISA(brows_ref, bavx2_rows, bvnni_rows, brows_neon, (w, n0, n1, a, y, ldy));
 }
 
 /* One output row as fp32: q * d (+ m), a multiply then an add. */

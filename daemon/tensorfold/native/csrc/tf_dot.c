@@ -73,13 +73,16 @@ TF_AVX2 TF_INLINE int32_t hsum8(__m256i v) {
 
 /* 32 inputs quantized with id into q, their dwords in the order `order` picks from the
  * natural one; the sums of inputs 0..15 and 16..31 */
-TF_AVX2 TF_INLINE void quant32_avx2(const float *x, __m256 id, __m256i order, int8_t *q, int32_t *s0, int32_t *s1) {
+TF_AVX2 TF_INLINE void quant32_avx2(const float *x, __m256 id, __m256i order, int8_t *q, uint8_t *qu,
+                                    int32_t *s0, int32_t *s1) {
     __m256i a = quant8_avx2(x, id), b = quant8_avx2(x + 8, id), c = quant8_avx2(x + 16, id), d = quant8_avx2(x + 24, id);
     *s0 = hsum8(_mm256_add_epi32(a, b));
     *s1 = hsum8(_mm256_add_epi32(c, d));
     /* packs interleave 128-bit lanes: dwords a0-3 b0-3 c0-3 d0-3 a4-7 b4-7 c4-7 d4-7 */
     __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
-    _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p, order));
+    p = _mm256_permutevar8x32_epi32(p, order);
+    _mm256_storeu_si256((__m256i *)q, p);
+    if (qu) _mm256_storeu_si256((__m256i *)qu, _mm256_xor_si256(p, _mm256_set1_epi8((char)0x80)));
 }
 
 TF_AVX2 static void quantize_row_avx2(const float *x, int k, int8_t *q, float *s, float *sum) {
@@ -88,19 +91,20 @@ TF_AVX2 static void quantize_row_avx2(const float *x, int k, int8_t *q, float *s
         float id;
         s[b] = scale_of(amax_avx2(x + b * 32, 32), &id);
         int32_t s0, s1;
-        quant32_avx2(x + b * 32, _mm256_set1_ps(id), natural, q + b * 32, &s0, &s1);
+        quant32_avx2(x + b * 32, _mm256_set1_ps(id), natural, q + b * 32, NULL, &s0, &s1);
         sum[b] = (float)(s0 + s1);
     }
 }
 
-TF_AVX2 static void quantize_row_k_avx2(const float *x, int k, int8_t *q, float *s, int16_t *bs) {
+TF_AVX2 static void quantize_row_k_avx2(const float *x, int k, int8_t *q, float *s, int16_t *bs, uint8_t *qu) {
     const __m256i korder = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);   /* natural dword 4h + m at 2m + h */
     for (int j = 0; j < k / 256; j++) {
         float id;
         s[j] = scale_of(amax_avx2(x + j * 256, 256), &id);
         for (int b = 0; b < 8; b++) {
             int32_t s0, s1;
-            quant32_avx2(x + j * 256 + b * 32, _mm256_set1_ps(id), korder, q + j * 256 + b * 32, &s0, &s1);
+            quant32_avx2(x + j * 256 + b * 32, _mm256_set1_ps(id), korder, q + j * 256 + b * 32,
+                         qu ? qu + j * 256 + b * 32 : NULL, &s0, &s1);
             bs[j * 16 + b] = (int16_t)s0;
             bs[j * 16 + 8 + b] = (int16_t)s1;
         }
@@ -119,9 +123,9 @@ void tf_quantize_row(const float *x, int k, int8_t *q, float *s, float *sum) {
     }
 }
 
-void tf_quantize_row_k(const float *x, int k, int8_t *q, float *s, int16_t *bs) {
+void tf_quantize_row_k(const float *x, int k, int8_t *q, float *s, int16_t *bs, uint8_t *qu) {
 #ifdef TF_X86
-    if (tf_isa() >= 1) { quantize_row_k_avx2(x, k, q, s, bs); return; }
+    if (tf_isa() >= 1) { quantize_row_k_avx2(x, k, q, s, bs, qu); return; }
 #endif
     for (int j = 0; j < k / 256; j++) {
         float id;
@@ -135,6 +139,8 @@ void tf_quantize_row_k(const float *x, int k, int8_t *q, float *s, int16_t *bs) 
                     memcpy(q + j * 256 + b * 32 + 8 * m + 4 * h, t + 4 * m, 4);
             }
     }
+    if (qu)
+        for (int i = 0; i < k; i++) qu[i] = (uint8_t)(q[i] + 128);
 }
 
 /* ---------------------------------------------------------------- 16-bit weights */

@@ -21,7 +21,7 @@ enum {
     KG_NIB = 0, KG_HIGH = 1024,                     /* nibble plane; K5/K6 high-bit plane */
     K4_BITS = 1024, K5_BITS = 1280, K6_BITS = 1536,
     KG_D = 0, KG_DMIN = 16, KG_SC = 32, KG_MN = 96, K4_META = 160,  /* K4, K5 */
-    K6_CODE = 16, K6_META = 144,
+    K6_CODE = 16, K6_C = 144, K6_META = 176,       /* K6_C: int32 C[8], each output's sum of code * (q - 32) */
 };
 
 static inline int bits_bytes(int fmt) { return fmt == TF_K4 ? K4_BITS : fmt == TF_K5 ? K5_BITS : K6_BITS; }
@@ -158,8 +158,10 @@ TF_AVX2 TF_INLINE int64_t x8(const int8_t *p) {
 /* The fp32 steps of the K dot for one row of a group: I (lane t: output t's exact
  * total, before K6's -32 term), the code pairs for K6's -32 term or K4/K5's min term,
  * into acc. */
-TF_AVX2 TF_INLINE __m256 kfinish(int F, __m256i I, const __m256i *pairs, const int16_t *bs, float xs,
+TF_AVX2 TF_INLINE __m256 kfinish(int F, int M6, __m256i I, const __m256i *pairs, const int16_t *bs, float xs,
                                  __m256 dv, __m256 dm, __m256 acc) {
+    __m256 x = _mm256_set1_ps(xs);
+    if (F == TF_K6 && !M6) return _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(x, dv), acc);
     __m256i M = _mm256_setzero_si256();
     /* dword i of bs: sums of 16 inputs 2i, 2i + 1 ([h * 8 + b]); K4/K5 pair i % 4 of the
      * mins is blocks (2i, 2i + 1) % 8 */
@@ -168,7 +170,6 @@ TF_AVX2 TF_INLINE __m256 kfinish(int F, __m256i I, const __m256i *pairs, const i
         memcpy(&d, bs + 2 * i, 4);
         M = _mm256_add_epi32(M, _mm256_madd_epi16(pairs[F == TF_K6 ? i : i % 4], _mm256_set1_epi32(d)));
     }
-    __m256 x = _mm256_set1_ps(xs);
     if (F == TF_K6) I = _mm256_sub_epi32(I, _mm256_slli_epi32(M, 5));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(x, dv), acc);
     if (F != TF_K6) acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(x, dm), acc);
@@ -176,9 +177,10 @@ TF_AVX2 TF_INLINE __m256 kfinish(int F, __m256i I, const __m256i *pairs, const i
 }
 
 /* A record's super-scales and the int16 code pairs kfinish takes. */
-TF_AVX2 TF_INLINE void kscales8(int F, const uint8_t *meta, __m256 *dv, __m256 *dm, __m256i *pairs) {
+TF_AVX2 TF_INLINE void kscales8(int F, int M6, const uint8_t *meta, __m256 *dv, __m256 *dm, __m256i *pairs) {
     *dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + KG_D)));
     *dm = _mm256_setzero_ps();
+    if (F == TF_K6 && !M6) return;
     if (F == TF_K6) {
         _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
             const uint8_t *cp = meta + kcode_at(F, 0, 2 * i % 8, 2 * i / 8);   /* codes 2i, 2i + 1 of [h][b] */
@@ -217,8 +219,9 @@ TF_AVX2 TF_INLINE const uint8_t *krecord(const tf_weight *w, int64_t g, int64_t 
  * eight bytes broadcast (maddubs), a few vectors' pair sums added in int16 (at most
  * 4 * 2 * 31 * 127 for K4/K5, 2 * 2 * 63 * 127 for K6), madd with the codes as int16
  * pairs, summed exactly in int32 lane pairs; I[r] lane t: output t's total. */
-TF_AVX2 TF_INLINE void ktotals_avx2(int F, const uint8_t *q, const uint8_t *meta, const int8_t *xq, int64_t k,
-                                    int RT, __m256i *I) {
+TF_AVX2 TF_INLINE void ktotals_avx2(int F, const uint8_t *q, const uint8_t *meta, const int8_t *xq,
+                                    const uint8_t *xu, int64_t k, int RT, __m256i *I) {
+    (void)xu;
     __m256i tot[2][8];
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) tot[0][r] = tot[1][r] = _mm256_setzero_si256();
     _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++) {
@@ -266,17 +269,24 @@ TF_VNNI TF_INLINE __m512i kunpack512(int F, const uint8_t *q, int b, int m) {
 }
 
 /* AVX-512 VNNI, one super-block: dpbusd sums per block, one multiply by the codes per
- * block, the lane pairs added at the end; I[r] lane t: output t's total. */
-TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *meta, const int8_t *xq, int64_t k,
-                                    int RT, __m256i *I) {
+ * block, the lane pairs added at the end; I[r] lane t: output t's total.  K6 takes its
+ * values less 32 as the signed side and the activations plus 128 (xu) as the unsigned
+ * one, then takes back 128 * C, the record's sum of code * (q - 32): its I is final. */
+TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *meta, const int8_t *xq,
+                                    const uint8_t *xu, int64_t k, int RT, __m256i *I) {
     __m512i tot[8], s[8];
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) tot[r] = _mm512_setzero_si512();
     _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++) {
         _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) s[r] = _mm512_setzero_si512();
         _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {
             __m512i wv = kunpack512(F, q, b, m);
-            _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
-                s[r] = _mm512_dpbusd_epi32(s[r], wv, _mm512_set1_epi64(x8(xq + r * k + 32 * b + 8 * m)));
+            if (F == TF_K6) {
+                wv = _mm512_sub_epi8(wv, _mm512_set1_epi8(32));
+                _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
+                    s[r] = _mm512_dpbusd_epi32(s[r], _mm512_set1_epi64(x8((const int8_t *)xu + r * k + 32 * b + 8 * m)), wv);
+            } else
+                _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
+                    s[r] = _mm512_dpbusd_epi32(s[r], wv, _mm512_set1_epi64(x8(xq + r * k + 32 * b + 8 * m)));
         }
         __m128i c = kblock_codes(F, meta, b);
         __m512i c32 = F == TF_K6 ? _mm512_cvtepi8_epi32(c) : _mm512_cvtepu8_epi32(c);
@@ -284,13 +294,15 @@ TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *meta
             tot[r] = _mm512_add_epi32(tot[r], _mm512_mullo_epi32(s[r], c32));
     }
     /* lane pair (2t, 2t + 1) -> lane t: the low half of each 64-bit lane's sum */
+    __m256i c128 = _mm256_setzero_si256();
+    if (F == TF_K6) c128 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(meta + K6_C)), 7);
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
-        I[r] = _mm512_cvtepi64_epi32(_mm512_add_epi64(tot[r], _mm512_srli_epi64(tot[r], 32)));
+        I[r] = _mm256_sub_epi32(_mm512_cvtepi64_epi32(_mm512_add_epi64(tot[r], _mm512_srli_epi64(tot[r], 32))), c128);
 }
 
 /* A tile of RT rows x one group, one super-block at a time: the ISA's exact totals
  * (TOTALS), then the K dot's fp32 steps; rows stored whole groups at a time. */
-#define TF_KTILE(NAME, ATTR, TOTALS)                                                                 \
+#define TF_KTILE(NAME, ATTR, TOTALS, M6)                                                             \
 ATTR TF_INLINE void NAME(const tf_weight *w, int64_t g, const tf_acts *a, int r0, int RT,            \
                          float *y, int ldy, int n0, int n1, int ahead, int F) {                     \
     int64_t k = w->k, nsb = k / 256;                                                                \
@@ -299,44 +311,34 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int64_t g, const tf_acts *a, int r0
     for (int64_t j = 0; j < nsb; j++) {                                                             \
         const uint8_t *meta = kmeta(w, g, j);                                                       \
         __m256i I[8], pairs[8];                                                                     \
-        TOTALS(F, krecord(w, g, j, ahead), meta, a->qk + (int64_t)r0 * k + j * 256, k, RT, I);     \
+        TOTALS(F, krecord(w, g, j, ahead), meta, a->qk + (int64_t)r0 * k + j * 256,                \
+               a->qku + (int64_t)r0 * k + j * 256, k, RT, I);                                       \
         __m256 dv, dm;                                                                              \
-        kscales8(F, meta, &dv, &dm, pairs);                                                         \
+        kscales8(F, M6, meta, &dv, &dm, pairs);                                                     \
         _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {                                      \
             int64_t row = r0 + r;                                                                   \
-            acc[r] = kfinish(F, I[r], pairs, a->bs + (row * nsb + j) * 16, a->sk[row * nsb + j], dv, dm, acc[r]); \
+            acc[r] = kfinish(F, M6, I[r], pairs, a->bs + (row * nsb + j) * 16, a->sk[row * nsb + j], dv, dm, acc[r]); \
         }                                                                                           \
     }                                                                                               \
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) kstore(y + (int64_t)(r0 + r) * ldy, g, n0, n1, acc[r]); \
 }
-TF_KTILE(ktile_avx2, TF_AVX2, ktotals_avx2)
-TF_KTILE(ktile_vnni, TF_VNNI, ktotals_vnni)
+TF_KTILE(ktile_avx2, TF_AVX2, ktotals_avx2, 1)
+TF_KTILE(ktile_vnni, TF_VNNI, ktotals_vnni, 0)
 
 #define TF_KSHAPE(NAME, ATTR, f, F, RT)                                                              \
 ATTR __attribute__((noinline)) static void NAME##_##f##_##RT(                                       \
         const tf_weight *w, int64_t g, const tf_acts *a, int r, float *y, int ldy, int n0, int n1, int ahead) { \
     NAME(w, g, a, r, RT, y, ldy, n0, n1, ahead, F);                                                 \
 }
-/* Shapes: a group by RMAX rows, and by each smaller count for the last rows.  Rows
- * go in chunks whose activations stay in cache while every group passes over them. */
+/* Shapes: a group by RMAX rows, and by each smaller count for the last rows (tf_tiles). */
 #define TF_KFORMAT(NAME, ATTR, f, F, RMAX)                                                           \
 TF_KSHAPE(NAME, ATTR, f, F, 1) TF_KSHAPE(NAME, ATTR, f, F, 2) TF_KSHAPE(NAME, ATTR, f, F, 3)         \
 TF_KSHAPE(NAME, ATTR, f, F, 4) TF_KSHAPE(NAME, ATTR, f, F, 5) TF_KSHAPE(NAME, ATTR, f, F, 6)         \
 TF_KSHAPE(NAME, ATTR, f, F, 7) TF_KSHAPE(NAME, ATTR, f, F, 8)                                       \
 ATTR static void NAME##_##f(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
-    typedef void (*shape)(const tf_weight *, int64_t, const tf_acts *, int, float *, int, int, int, int); \
-    static const shape shapes[9] = {0, NAME##_##f##_1, NAME##_##f##_2, NAME##_##f##_3, NAME##_##f##_4, \
+    static const tf_tile_fn shapes[9] = {0, NAME##_##f##_1, NAME##_##f##_2, NAME##_##f##_3, NAME##_##f##_4, \
                                     NAME##_##f##_5, NAME##_##f##_6, NAME##_##f##_7, NAME##_##f##_8}; \
-    int rows = a->rows, chunk = (int)(393216 / w->k) / RMAX * RMAX;                                 \
-    if (chunk < RMAX) chunk = RMAX;                                                                 \
-    for (int c = 0; c < rows; c += chunk) {                                                         \
-        int end = c + chunk < rows ? c + chunk : rows;                                              \
-        for (int64_t g = n0 / 8; g * 8 < n1; g++)                                                   \
-            for (int r = c; r < end; r += RMAX) {                                                   \
-                int RT = end - r < RMAX ? end - r : RMAX;                                           \
-                shapes[RT](w, g, a, r, y, ldy, n0, n1, r == c);   /* the first pass loads the group */ \
-            }                                                                                       \
-    }                                                                                               \
+    tf_tiles(shapes, 8, RMAX, w, n0, n1, a, y, ldy);                                                \
 }
 #define TF_KKERNELS(NAME, ATTR, RMAX)                                                                \
 TF_KFORMAT(NAME, ATTR, k4, TF_K4, RMAX)                                                              \
@@ -415,16 +417,7 @@ static void krows_neon(const tf_weight *w, int n0, int n1, const tf_acts *a, flo
 /* ---------------------------------------------------------------- dispatch */
 
 void tf_kdot_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) {
-    switch (tf_isa()) {
-#ifdef TF_X86
-    case 1: ktile_avx2_rows(w, n0, n1, a, y, ldy); return;
-    case 2: ktile_vnni_rows(w, n0, n1, a, y, ldy); return;
-#endif
-#ifdef TF_NEON
-    case 3: krows_neon(w, n0, n1, a, y, ldy); return;
-#endif
-    default: krows_ref(w, n0, n1, a, y, ldy);
-    }
+    TF_BY_ISA(krows_ref, ktile_avx2_rows, ktile_vnni_rows, krows_neon, (w, n0, n1, a, y, ldy));
 }
 
 /* One output row as fp32: q * (D * code) (+ Dm * mcode), as quant.dequantize computes it. */
@@ -514,6 +507,12 @@ static void kpack_rows(void *ctx, int ith, int nth) {
                     so[kcode_at(fmt, (int)t, b, 0)] = (uint8_t)sc;
                     so[kmin_at((int)t, b)] = (uint8_t)mn;
                 }
+            }
+            if (fmt == TF_K6) {
+                int32_t C = 0;
+                for (int b = 0; b < 8; b++)
+                    for (int e = 0; e < 32; e++) C += (int8_t)blk[192 + 2 * b + e / 16] * (v[b][e] - 32);
+                memcpy(so + K6_C + 4 * t, &C, 4);
             }
             if (fmt == TF_K6) memcpy(so + KG_D + 2 * t, blk + 208, 2);
             else {

@@ -45,6 +45,17 @@ static inline int32x4_t dot4(int8x16_t w, int8x16_t x) {
 #define TF_CLONES
 #endif
 
+/* Call the path for the instruction set in use (tf_isa(): 1 AVX2, 2 AVX-512 VNNI, 3
+ * NEON, else the scalar reference), each with the arguments ARGS. */
+#if defined(TF_X86)
+#define TF_BY_ISA(REF, AVX2, VNNI, NEON, ARGS) \
+    do { int isa_ = tf_isa(); if (isa_ == 1) AVX2 ARGS; else if (isa_ == 2) VNNI ARGS; else REF ARGS; } while (0)
+#elif defined(TF_NEON)
+#define TF_BY_ISA(REF, AVX2, VNNI, NEON, ARGS) do { if (tf_isa() == 3) NEON ARGS; else REF ARGS; } while (0)
+#else
+#define TF_BY_ISA(REF, AVX2, VNNI, NEON, ARGS) REF ARGS
+#endif
+
 /* lanes8's fixed add tree */
 static inline float tree8(const float *a) {
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));

@@ -36,7 +36,8 @@ static void quant_job(void *p, int ith, int nth) {
     split(a->rows, ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         if (a->q) tf_quantize_row(j->x + r * k, (int)k, a->q + r * k, a->s + r * (k / 32), a->sum + r * (k / 32));
-        if (a->qk) tf_quantize_row_k(j->x + r * k, (int)k, a->qk + r * k, a->sk + r * (k / 256), a->bs + r * (k / 16));
+        if (a->qk) tf_quantize_row_k(j->x + r * k, (int)k, a->qk + r * k, a->sk + r * (k / 256), a->bs + r * (k / 16),
+                                     a->qku ? a->qku + r * k : NULL);
     }
 }
 
@@ -70,6 +71,7 @@ static void dot_job(void *p, int ith, int nth) {
 
 typedef struct {
     int8_t *q, *qk;
+    uint8_t *qku;
     float *s, *sum, *sk;
     int16_t *bs;
     float *tmp;
@@ -87,7 +89,7 @@ static void linear(const tf_weight *const *parts, int nparts, const float *x, in
     int k = parts[0]->k;
     tf_acts a = {rows, k};
     if (blocks) { a.q = sc->q; a.s = sc->s; a.sum = sc->sum; }
-    if (supers) { a.qk = sc->qk; a.sk = sc->sk; a.bs = sc->bs; }
+    if (supers) { a.qk = sc->qk; a.qku = sc->qku; a.sk = sc->sk; a.bs = sc->bs; }
     lin_job j = {parts, nparts, n, k, x, a, sc->tmp, y, ldy, accum};
     if (blocks || supers) {
         if ((int64_t)rows * k >= 65536) tf_pool_run(quant_job, &j, threads);
@@ -102,14 +104,15 @@ static int alloc_scratch(lin_scratch *sc, int64_t rows, int64_t k, int64_t outs)
     sc->s = malloc(sizeof(float) * (size_t)(rows * (k / 32)));
     sc->sum = malloc(sizeof(float) * (size_t)(rows * (k / 32)));
     sc->qk = malloc((size_t)(rows * k));
+    sc->qku = malloc((size_t)(rows * k));
     sc->sk = malloc(sizeof(float) * (size_t)(rows * (k / 256) + 1));
     sc->bs = malloc(sizeof(int16_t) * (size_t)(rows * (k / 16)));
     sc->tmp = malloc(sizeof(float) * (size_t)outs);
-    return sc->q && sc->s && sc->sum && sc->qk && sc->sk && sc->bs && sc->tmp;
+    return sc->q && sc->s && sc->sum && sc->qk && sc->qku && sc->sk && sc->bs && sc->tmp;
 }
 
 static void free_scratch(lin_scratch *sc) {
-    free(sc->q); free(sc->s); free(sc->sum); free(sc->qk); free(sc->sk); free(sc->bs); free(sc->tmp);
+    free(sc->q); free(sc->s); free(sc->sum); free(sc->qk); free(sc->qku); free(sc->sk); free(sc->bs); free(sc->tmp);
 }
 
 int tf_linear(const tf_weight *w, const float *x, int rows, float *y) {
