@@ -163,6 +163,11 @@ RAW_CASES = {
     "array body": ('[{"role": "user", "content": "hi"}]', None),
     "string body": ('"hello"', None),
     "invalid UTF-8": (b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', None),
+    "lone surrogate in content": ('{"messages": [{"role": "user", "content": "a\\ud800b"}]}', "messages[0].content"),
+    "lone surrogate in model": ('{"model": "\\udc00", "messages": [{"role": "user", "content": "hi"}]}', "model"),
+    "lone surrogate in user": ('{"messages": [{"role": "user", "content": "hi"}], "user": "\\ud800"}', "user"),
+    "lone surrogate in a key": ('{"messages": [{"role": "user", "content": "hi"}], "metadata": {"\\ud800": "x"}}',
+                                "metadata"),
 }
 
 
@@ -222,3 +227,10 @@ def test_accepted_edge_values(http):
 def test_error_message_is_json_serialisable_text(http):
     r = http.post(CHAT, content=json.dumps(chat(temperature="x")), headers={"content-type": "application/json"})
     assert "temperature" in assert_envelope(r, 400, "temperature")["message"]
+
+
+def test_paired_surrogate_escapes_are_text(http):
+    # JSON's escaped pair for one astral character is ordinary text, not a lone surrogate
+    body = '{"messages": [{"role": "user", "content": "smile \\ud83d\\ude00"}], "max_tokens": 2}'
+    r = http.post(CHAT, content=body.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text

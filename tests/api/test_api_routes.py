@@ -136,6 +136,9 @@ def test_api_key_required_on_v1_routes(auth_server):
         assert http.get("/health").status_code == 200            # not under /v1
         ok = http.get("/v1/models", headers={"Authorization": f"Bearer {API_KEY}"})
         assert ok.status_code == 200
+        # the scheme is case-insensitive; another scheme with the right key is still refused
+        assert http.get("/v1/models", headers={"Authorization": f"bearer {API_KEY}"}).status_code == 200
+        assert_envelope(http.get("/v1/models", headers={"Authorization": f"Basic {API_KEY}"}), 401)
     with openai.OpenAI(base_url=auth_server.base_url, api_key=API_KEY, max_retries=0) as good:
         assert good.chat.completions.create(model="fake-model", messages=HELLO).choices[0].message.content
     with openai.OpenAI(base_url=auth_server.base_url, api_key="bad", max_retries=0) as bad:

@@ -151,7 +151,7 @@ def test_listing_pages_newest_first(http):
     assert entry["preview"]["input"] == "Note 2." and isinstance(entry["preview"]["output"], str)
     after = http.get(RESPONSES, params={"limit": 1, "after": made[1]}).json()
     assert [e["id"] for e in after["data"]] == [made[0]]
-    for bad in ("0", "101", "x", "-1"):
+    for bad in ("0", "101", "x", "-1", "\u00b2", "\u0663"):           # superscript two, Arabic-Indic three
         assert_envelope(http.get(RESPONSES, params={"limit": bad}), 400, param="limit")
 
 

@@ -36,6 +36,12 @@ def survivors(probs: list[float], **kw) -> list[int]:
     return ids.tolist()
 
 
+def test_tiny_top_p_keeps_the_likeliest_token():
+    # top_p * 2^FIXED_BITS rounds to 0: the cut still keeps the top token (it was "no token")
+    for top_p in (9e-13, 1e-30, 5e-324):
+        assert survivors([0.2, 0.5, 0.3], top_p=top_p) == [1]
+
+
 def test_greedy_is_argmax_with_lowest_id_on_ties():
     logits = torch.tensor([0.5, 2.0, 1.0, 2.0])
     assert sample(logits, SamplingParams(temperature=0.0), 0) == 1

@@ -66,13 +66,14 @@ def create_app(engine, config: ServerConfig, store: ResponseStore | None = None)
 
 
 def _require_key(key: str):
-    expected = f"Bearer {key}".encode()
+    expected = key.encode()
 
     async def check() -> None:
         if not request.path.startswith("/v1/"):
             return
-        given = request.headers.get("Authorization", "").encode()
-        if not hmac.compare_digest(given, expected):
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        # the scheme is case-insensitive (RFC 9110); the key is compared in constant time
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
             raise APIError("Missing or incorrect API key: send 'Authorization: Bearer <key>'",
                            status=401, code=errors.INVALID_API_KEY)
     return check

@@ -33,14 +33,29 @@ _MESSAGES = {
 _CODES = {errors.UNSUPPORTED, errors.INVALID_VALUE}
 
 
-def _non_finite(value: Any, loc: tuple[str | int, ...] = ()) -> tuple[tuple[str | int, ...], float] | None:
-    """The location and value of the first NaN or infinity in a parsed body."""
+def _unencodable(text: str) -> bool:
+    """A lone surrogate (JSON's \\ud800 escape alone): text no UTF-8 can carry."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _first_invalid(value: Any, loc: tuple[str | int, ...] = ()) -> tuple[tuple[str | int, ...], Any] | None:
+    """The location and value of the first NaN, infinity or string (or key) with a lone
+    surrogate in a parsed body."""
     stack = [(loc, value)]
     while stack:
         where, v = stack.pop()
         if isinstance(v, float) and not math.isfinite(v):
             return where, v
+        if isinstance(v, str) and _unencodable(v):
+            return where, v
         if isinstance(v, dict):
+            for k in v:
+                if _unencodable(k):
+                    return where, k
             stack.extend((where + (k,), x) for k, x in reversed(list(v.items())))
         elif isinstance(v, list):
             stack.extend((where + (i,), x) for i, x in reversed(list(enumerate(v))))
@@ -52,7 +67,8 @@ def parse_json_object(data: bytes) -> dict[str, Any]:
 
     Python's json module reads the NaN, Infinity and -Infinity literals and
     turns 1e400 into inf; JSON has none of them, so any non-finite number,
-    wherever it sits, is refused here with its location as `param`."""
+    wherever it sits, is refused here with its location as `param`; so is a
+    string with a lone surrogate escape, which no UTF-8 text can carry."""
     if not data.strip():
         raise errors.invalid("The request body is empty; send a JSON object", code=errors.INVALID_JSON)
     try:
@@ -62,9 +78,12 @@ def parse_json_object(data: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise errors.invalid(f"The request body must be a JSON object, not {type(body).__name__}",
                              code=errors.INVALID_JSON)
-    bad = _non_finite(body)
+    bad = _first_invalid(body)
     if bad is not None:
         param = param_name(bad[0])
+        if isinstance(bad[1], str):
+            raise errors.invalid(f"Invalid '{param}': a string holds a lone UTF-16 surrogate escape "
+                                 "(\\ud800-\\udfff without its pair)", param=param)
         shown = "NaN" if math.isnan(bad[1]) else ("Infinity" if bad[1] > 0 else "-Infinity")
         raise errors.invalid(f"Invalid '{param}': must be a finite number, not {shown}", param=param)
     return body

@@ -99,8 +99,9 @@ def apply_cuts(ids: torch.Tensor, mass: torch.Tensor, params: SamplingParams) ->
         if params.top_p < 1.0:
             ranked = mass[order]
             total = int(ranked.sum())
-            # keep while the mass before a token is below top_p * total (exact)
-            threshold = -((-round(params.top_p * ONE) * total) >> FIXED_BITS)  # ceil
+            # keep while the mass before a token is below top_p * total (exact); the
+            # likeliest token always stays, however small top_p is
+            threshold = max(1, -((-round(params.top_p * ONE) * total) >> FIXED_BITS))  # ceil
             before = torch.cumsum(ranked, 0) - ranked
             order = order[before < threshold]
         order = torch.sort(order).values
