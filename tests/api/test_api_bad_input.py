@@ -234,3 +234,20 @@ def test_paired_surrogate_escapes_are_text(http):
     body = '{"messages": [{"role": "user", "content": "smile \\ud83d\\ude00"}], "max_tokens": 2}'
     r = http.post(CHAT, content=body.encode(), headers={"content-type": "application/json"})
     assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("field", ["chat_template_kwargs", "tools", "metadata"])
+@pytest.mark.parametrize("depth", [65, 500])
+def test_deep_nesting_is_a_400(http, field, depth):
+    nested = "[" * depth + "]" * depth
+    body = '{"messages": [{"role": "user", "content": "hi"}], "%s": {"x": %s}}' % (field, nested)
+    error = assert_envelope(http.post(CHAT, content=body.encode(), headers={"content-type": "application/json"}),
+                            400, param=f"{field}.x")
+    assert "nest more than 64" in error["message"]
+
+
+def test_nesting_within_the_limit_is_read(http):
+    nested = "[" * 60 + "]" * 60
+    body = '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "metadata": {"x": %s}}' % nested
+    r = http.post(CHAT, content=body.encode(), headers={"content-type": "application/json"})
+    assert r.status_code != 500 and "nest more" not in r.text

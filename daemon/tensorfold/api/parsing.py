@@ -42,12 +42,22 @@ def _unencodable(text: str) -> bool:
     return False
 
 
+MAX_DEPTH = 64      # arrays and objects inside one another: deeper bodies are a 400, not a recursion error
+
+
+class _TooDeep:
+    pass
+
+
 def _first_invalid(value: Any, loc: tuple[str | int, ...] = ()) -> tuple[tuple[str | int, ...], Any] | None:
     """The location and value of the first NaN, infinity or string (or key) with a lone
-    surrogate in a parsed body."""
+    surrogate in a parsed body, or of the first array or object nested past MAX_DEPTH
+    (as _TooDeep)."""
     stack = [(loc, value)]
     while stack:
         where, v = stack.pop()
+        if len(where) > MAX_DEPTH:
+            return where[:2], _TooDeep()                 # named by its field, not 64 levels of path
         if isinstance(v, float) and not math.isfinite(v):
             return where, v
         if isinstance(v, str) and _unencodable(v):
@@ -81,6 +91,9 @@ def parse_json_object(data: bytes) -> dict[str, Any]:
     bad = _first_invalid(body)
     if bad is not None:
         param = param_name(bad[0])
+        if isinstance(bad[1], _TooDeep):
+            raise errors.invalid(f"Invalid '{param}': arrays and objects nest more than {MAX_DEPTH} deep",
+                                 param=param)
         if isinstance(bad[1], str):
             raise errors.invalid(f"Invalid '{param}': a string holds a lone UTF-16 surrogate escape "
                                  "(\\ud800-\\udfff without its pair)", param=param)
