@@ -142,7 +142,7 @@ def _parser() -> argparse.ArgumentParser:
 def _serve(args: argparse.Namespace) -> int:
     from .api.app import create_app
     from .api.origins import AllowedOrigins
-    from .api.server import serve
+    from .api.server import bind_socket, serve, url_for
     from .checkpoints.resolve import resolve_model
     from .engine.client import EngineClient
 
@@ -150,6 +150,11 @@ def _serve(args: argparse.Namespace) -> int:
         AllowedOrigins.parse(args.allowed_origins)
     except ValueError as exc:
         raise SystemExit(f"tensorfold: --allowed-origins: {exc}") from None
+    try:                # before the model loads: a used port is a clear error, not a traceback after it
+        bind_socket(args.host, args.port).close()
+    except OSError as exc:
+        raise SystemExit(f"tensorfold: cannot listen on {url_for(args.host, args.port)}: "
+                         f"{exc.strerror or exc} (another server there? pick another --port)") from None
     engine_cfg = engine_config(args)
     config = ServerConfig(
         host=args.host, port=args.port, served_model_name=args.served_model_name,

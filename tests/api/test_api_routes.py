@@ -136,6 +136,10 @@ def test_api_key_required_on_v1_routes(auth_server):
         assert http.get("/health").status_code == 200            # not under /v1
         ok = http.get("/v1/models", headers={"Authorization": f"Bearer {API_KEY}"})
         assert ok.status_code == 200
+        # a refusal before the body is read closes the connection; the client's next request works
+        refused = http.post(CHAT, json={"messages": HELLO, "pad": "x" * 100_000})
+        assert refused.status_code == 401 and refused.headers["connection"] == "close"
+        assert http.get("/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}).status_code == 200
         # the scheme is case-insensitive; another scheme with the right key is still refused
         assert http.get("/v1/models", headers={"Authorization": f"bearer {API_KEY}"}).status_code == 200
         assert_envelope(http.get("/v1/models", headers={"Authorization": f"Basic {API_KEY}"}), 401)
@@ -152,3 +156,7 @@ def test_unexpected_error_is_500_server_error_envelope(fake_server, fake_http, m
     monkeypatch.setattr(fake_server.engine, "health", broken)
     error = assert_envelope(fake_http.get("/health"), 500, None, type="server_error")
     assert "bug" not in error["message"]          # internals are logged, not sent
+
+
+def test_doubled_slash_is_a_json_404(fake_http):
+    assert_envelope(fake_http.get("/v1//models"), 404)

@@ -46,6 +46,7 @@ def create_app(engine, config: ServerConfig, store: ResponseStore | None = None)
     engine: starting and stopping it is not the app's business. `store` keeps
     finished responses (/v1/responses); default: a new MemoryStore."""
     app = Quart("tensorfold.api")
+    app.url_map.merge_slashes = False          # /v1//models is a JSON 404, not an HTML redirect
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     served_id = config.served_model_name or engine.model_name
     app.extensions[EXTENSION] = AppState(engine, config, served_id, tuple(config.aliases),
@@ -80,8 +81,11 @@ def _require_key(key: str):
 
 
 async def _api_error(exc: APIError) -> Response:
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    return json_response(exc.envelope(), exc.status, headers)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+    if exc.status in (401, 403):
+        # refused before its body was read: the connection cannot carry another request
+        headers["Connection"] = "close"
+    return json_response(exc.envelope(), exc.status, headers or None)
 
 
 async def _http_error(exc: HTTPException) -> Response:
