@@ -251,3 +251,21 @@ def test_nesting_within_the_limit_is_read(http):
     body = '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "metadata": {"x": %s}}' % nested
     r = http.post(CHAT, content=body.encode(), headers={"content-type": "application/json"})
     assert r.status_code != 500 and "nest more" not in r.text
+
+
+def test_long_stop_string_is_a_400(http):
+    assert_envelope(http.post(CHAT, json=chat(stop=["x" * 4097])), 400, param="stop")
+    assert http.post(CHAT, json=chat(stop=["x" * 4096], max_tokens=2)).status_code == 200
+
+
+def test_large_body_is_parsed_off_the_loop_with_the_same_answers(http, monkeypatch):
+    # past OFF_LOOP_BYTES the body is parsed on a worker thread: the same checks and replies apply
+    from tensorfold.api import parsing
+
+    monkeypatch.setattr(parsing, "OFF_LOOP_BYTES", 1024)
+    pad = "y" * 100_000
+    ok = http.post(CHAT, json={**chat(max_tokens=2), "user": pad})
+    assert ok.status_code == 200, ok.text
+    bad = http.post(CHAT, content=('{"messages": [{"role": "user", "content": "hi"}], "user": "%s", '
+                                   '"temperature": NaN}' % pad).encode(), headers={"content-type": "application/json"})
+    assert_envelope(bad, 400, param="temperature")

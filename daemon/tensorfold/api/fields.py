@@ -22,6 +22,7 @@ from pydantic_core import PydanticCustomError
 from . import errors
 
 MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 4096      # per stop string: a longer one is a 400 (a 10 MB one held gigabytes)
 INT32 = 1 << 31
 SEED_MIN, SEED_LIMIT = -(1 << 63), 1 << 64
 
@@ -145,6 +146,8 @@ def _stop(v: Any) -> tuple[str, ...]:
             fail(f"item {i} must be a string, not {_kind(s)}")
         if not s:
             fail("stop strings must not be empty" if isinstance(v, list) else "must not be an empty string")
+        if len(s) > MAX_STOP_CHARS:
+            fail(f"stop strings are at most {MAX_STOP_CHARS} characters, not {len(s)}")
     return tuple(items)
 
 

@@ -7,6 +7,8 @@ for a float (1e400 would otherwise become inf).
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 import logging
 import math
@@ -162,8 +164,15 @@ def _is_type_tag(part: str) -> bool:
     return any(c in part for c in "[]()") or part in ("str", "int", "float", "bool", "dict", "list")
 
 
+OFF_LOOP_BYTES = 1 << 20    # bodies this large are parsed on a worker thread, not the event loop
+
+
 async def read_body() -> dict[str, Any]:
-    """The current request's body as a JSON object (413 past MAX_CONTENT_LENGTH)."""
+    """The current request's body as a JSON object (413 past MAX_CONTENT_LENGTH); a large
+    one is parsed off the event loop, so other requests (and /health) are not held up."""
     from quart import request
 
-    return parse_json_object(await request.get_data(cache=False))
+    data = await request.get_data(cache=False)
+    if len(data) >= OFF_LOOP_BYTES:
+        return await asyncio.to_thread(parse_json_object, data)
+    return parse_json_object(data)
