@@ -190,13 +190,22 @@ def test_the_configured_host_is_allowed_but_not_a_wildcard(lan_server: Served, w
         assert_envelope(anywhere.get("/console", headers={"Host": "10.0.0.5:8080"}), 403)
 
 
-def test_api_clients_may_use_any_host_but_a_browser_may_not(fake_http: httpx.Client):
-    # a client that is not a browser cannot be rebound: another name is fine
-    assert fake_http.get("/health", headers={"Host": "gpu-box.lan:8080"}).status_code == 200
-    assert fake_http.get("/v1/models", headers={"Host": "gpu-box.lan:8080"}).status_code == 200
-    # a browser's same-origin request under another name is a rebound page
-    r = fake_http.get("/v1/responses", headers={"Host": "evil.example:8080", "Sec-Fetch-Site": "same-origin"})
-    assert assert_envelope(r, 403)["code"] == "forbidden_host"
+def test_a_loopback_server_answers_loopback_names_only(fake_http: httpx.Client):
+    # on 127.0.0.1 only a rebound page can send another name, with or without browser headers
+    for path in ("/health", "/v1/models", "/v1/responses"):
+        assert assert_envelope(fake_http.get(path, headers={"Host": "evil.example:8080"}), 403)["code"] \
+            == "forbidden_host"
+    assert fake_http.get("/v1/models", headers={"Host": "localhost:9000"}).status_code == 200   # a tunnel
+
+
+def test_elsewhere_api_clients_may_use_any_host_but_a_browser_may_not(wildcard_server: Served):
+    with httpx.Client(base_url=wildcard_server.url, timeout=30) as http:
+        # a client that is not a browser cannot be rebound: another name is fine
+        assert http.get("/health", headers={"Host": "gpu-box.lan:8080"}).status_code == 200
+        assert http.get("/v1/models", headers={"Host": "gpu-box.lan:8080"}).status_code == 200
+        # a browser's same-origin request under another name is a rebound page
+        r = http.get("/v1/responses", headers={"Host": "evil.example:8080", "Sec-Fetch-Site": "same-origin"})
+        assert assert_envelope(r, 403)["code"] == "forbidden_host"
 
 
 # -- the Origin check ------------------------------------------------------------

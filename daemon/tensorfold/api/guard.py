@@ -10,11 +10,15 @@ A page on another site can make a browser send requests to the daemon on
   package, curl, the TUI) pass.
 - DNS rebinding: the attacker's name resolves to 127.0.0.1, so the page's
   requests are same-origin for the browser but carry the attacker's name in
-  `Host`. The console routes (/console, /console/...) answer only to the
-  loopback names (127.0.0.1, localhost, [::1], any port) and the server's
-  own --host when it is not a wildcard. A browser's request (one that
-  carries `Origin` or `Sec-Fetch-Site`) gets that Host check on every
-  route, since rebinding only ever reaches the daemon through a browser.
+  `Host`. While the server listens on loopback only (the default 127.0.0.1,
+  or localhost, ::1), every request must name a loopback name (127.0.0.1,
+  localhost, [::1], any port) in `Host`: nothing else can reach it but a
+  rebound page, and a browser that sends neither Origin nor Sec-Fetch-Site
+  (a simple GET from an older one) is held too. On any other --host clients
+  may use names the server cannot know, so there the console routes
+  (/console, /console/...) and a browser's requests (those carrying `Origin`
+  or `Sec-Fetch-Site`) get the Host check, against the loopback names and
+  the --host itself unless it is a wildcard.
 
 Each refusal is a 403 OpenAI error envelope. Pages on the --allowed-origins
 (origins.py) pass both checks on the /v1 routes.
@@ -82,6 +86,7 @@ def install(app: Quart, config: ServerConfig, origins: AllowedOrigins) -> None:
     """Refuse cross-origin and rebound requests before any route (and before
     the API-key check) runs; pages on `origins` pass on /v1."""
     allowed = allowed_hosts(config.host)
+    every_request = (config.host or "").strip().strip("[]").lower() in LOOPBACK_HOSTS
 
     async def check() -> None:
         host = request.headers.get("Host")
@@ -89,7 +94,7 @@ def install(app: Quart, config: ServerConfig, origins: AllowedOrigins) -> None:
         if origins.allows(origin, request.path):
             return
         from_browser = origin is not None or "Sec-Fetch-Site" in request.headers
-        if (from_browser or is_console_path(request.path)) and not host_allowed(host, allowed):
+        if (every_request or from_browser or is_console_path(request.path)) and not host_allowed(host, allowed):
             raise APIError(f"Host '{host or ''}' is not allowed: open the console at "
                            "http://127.0.0.1:<port>/console (or the server's --host)",
                            status=403, code=FORBIDDEN_HOST)
