@@ -63,14 +63,6 @@ static inline float bscale(const tf_weight *w, const uint8_t *meta, int p, int t
     return f;
 }
 
-/* Outputs [n0, n1) of group g (outputs 16g..16g+15): where a row stores. */
-static inline void bstore_group(float *yr, int64_t g, int n0, int n1, const float *v) {
-    for (int t = 0; t < BG; t++) {
-        int64_t n = BG * g + t;
-        if (n >= n0 && n < n1) yr[n] = v[t];
-    }
-}
-
 static inline int32_t x4(const int8_t *p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -97,7 +89,7 @@ static void brows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, floa
                     if (mins) acc[t] = fmaf(a->sum[r * nb + b], xs * bscale(w, meta, 1, t), acc[t]);
                 }
             }
-            bstore_group(y + r * ldy, g, n0, n1, acc);
+            tf_store_span(y + r * ldy, BG * g, BG, n0, n1, acc);
         }
 }
 
@@ -191,17 +183,7 @@ TF_AVX2 TF_INLINE void btile_avx2(const tf_weight *w, int64_t g, int o, const tf
                        _mm256_fmadd_ps, _mm256_mul_ps, _mm256_set1_ps);
         }
     }
-    _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) {
-        float *yr = y + (int64_t)(r0 + r) * ldy;
-        int64_t lo = BG * g + 8 * o;
-        if (lo >= n0 && lo + 8 <= n1) _mm256_storeu_ps(yr + lo, acc[r]);
-        else {
-            float t[8];
-            _mm256_storeu_ps(t, acc[r]);
-            for (int i = 0; i < 8; i++)
-                if (lo + i >= n0 && lo + i < n1) yr[lo + i] = t[i];
-        }
-    }
+    _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) tf_store8(y + (int64_t)(r0 + r) * ldy, BG * g + 8 * o, n0, n1, acc[r]);
 }
 
 /* Sixteen outputs' scales of plane p. */
@@ -253,7 +235,7 @@ TF_VNNI TF_INLINE void btile_vnni(const tf_weight *w, int64_t g, const tf_acts *
         else {
             float t[BG];
             _mm512_storeu_ps(t, acc[r]);
-            bstore_group(yr, g, n0, n1, t);
+            tf_store_span(yr, BG * g, BG, n0, n1, t);
         }
     }
 }
@@ -344,7 +326,7 @@ static void brows_neon(const tf_weight *w, int n0, int n1, const tf_acts *a, flo
             }
             float t[BG];
             for (int o = 0; o < 4; o++) vst1q_f32(t + 4 * o, acc[o]);
-            bstore_group(y + r * ldy, g, n0, n1, t);
+            tf_store_span(y + r * ldy, BG * g, BG, n0, n1, t);
         }
 }
 #endif

@@ -84,14 +84,6 @@ static inline int32_t kmin_sum(const uint8_t *meta, int t, const int16_t *bs) {
     return M;
 }
 
-/* Outputs [n0, n1) of group g (outputs 8g..8g+7) and row r: where y stores. */
-static inline void store_group(float *y, int64_t g, int n0, int n1, const float *v) {
-    for (int t = 0; t < 8; t++) {
-        int64_t n = 8 * g + t;
-        if (n >= n0 && n < n1) y[n] = v[t];
-    }
-}
-
 /* ---------------------------------------------------------------- reference */
 
 static void krows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) {
@@ -114,7 +106,7 @@ static void krows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, floa
                         acc[t] = fmaf((float)kmin_sum(meta, t, a->bs + (r * nsb + j) * 16), xs * kmin_scale(meta, t), acc[t]);
                 }
             }
-            store_group(y + r * ldy, g, n0, n1, acc);
+            tf_store_span(y + r * ldy, 8 * g, 8, n0, n1, acc);
         }
 }
 
@@ -191,16 +183,6 @@ TF_AVX2 TF_INLINE void kscales8(int F, int M6, const uint8_t *meta, __m256 *dv, 
         *dm = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + KG_DMIN))));
         _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)
             pairs[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(meta + kmin_at(0, 2 * p))));
-    }
-}
-
-/* Where tiles store: whole groups as one vector, a group cut by [n0, n1) lane by lane. */
-TF_AVX2 TF_INLINE void kstore(float *yr, int64_t g, int n0, int n1, __m256 v) {
-    if (g * 8 >= n0 && g * 8 + 8 <= n1) _mm256_storeu_ps(yr + g * 8, v);
-    else {
-        float t[8];
-        _mm256_storeu_ps(t, v);
-        store_group(yr, g, n0, n1, t);
     }
 }
 
@@ -320,7 +302,7 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int64_t g, const tf_acts *a, int r0
             acc[r] = kfinish(F, M6, I[r], pairs, a->bs + (row * nsb + j) * 16, a->sk[row * nsb + j], dv, dm, acc[r]); \
         }                                                                                           \
     }                                                                                               \
-    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) kstore(y + (int64_t)(r0 + r) * ldy, g, n0, n1, acc[r]); \
+    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) tf_store8(y + (int64_t)(r0 + r) * ldy, 8 * g, n0, n1, acc[r]); \
 }
 TF_KTILE(ktile_avx2, TF_AVX2, ktotals_avx2, 1)
 TF_KTILE(ktile_vnni, TF_VNNI, ktotals_vnni, 0)
@@ -409,7 +391,7 @@ static void krows_neon(const tf_weight *w, int n0, int n1, const tf_acts *a, flo
                     if (F != TF_K6) acc[t] = fmaf((float)kmin_sum(meta, t, bs), xs * kmin_scale(meta, t), acc[t]);
                 }
             }
-            store_group(y + r * ldy, g, n0, n1, acc);
+            tf_store_span(y + r * ldy, 8 * g, 8, n0, n1, acc);
         }
 }
 #endif

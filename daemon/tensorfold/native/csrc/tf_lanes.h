@@ -23,6 +23,25 @@ TF_INLINE void prefetch_span(const void *p, int64_t bytes) {
 }
 #endif
 
+/* A row's values v of outputs lo..lo+size-1, stored where they fall inside [n0, n1)
+ * (the grouped formats compute whole groups; a thread or a part owns a range). */
+static inline void tf_store_span(float *yr, int64_t lo, int size, int n0, int n1, const float *v) {
+    for (int t = 0; t < size; t++)
+        if (lo + t >= n0 && lo + t < n1) yr[lo + t] = v[t];
+}
+
+#ifdef TF_X86
+/* Eight outputs from lo: one vector store when all lie inside [n0, n1), else lane by lane. */
+TF_AVX2 TF_INLINE void tf_store8(float *yr, int64_t lo, int n0, int n1, __m256 v) {
+    if (lo >= n0 && lo + 8 <= n1) _mm256_storeu_ps(yr + lo, v);
+    else {
+        float t[8];
+        _mm256_storeu_ps(t, v);
+        tf_store_span(yr, lo, 8, n0, n1, t);
+    }
+}
+#endif
+
 #if defined(__aarch64__) || defined(__ARM_NEON)
 #include <arm_neon.h>
 #define TF_NEON 1
