@@ -7,8 +7,6 @@
 #include <math.h>
 #include <string.h>
 
-
-
 /* ---------------------------------------------------------------- activations */
 
 static inline float rne(float x) {        /* round half to even for |x| < 2^22 */

@@ -13,7 +13,7 @@ typedef struct {
     float *sum;           /* rows * k/32: the sum of each block's q (exact) */
     int8_t *qk;           /* rows * k; within each block of 32, element 16h + 4m + i at 8m + 4h + i */
     float *sk;            /* rows * k/256 */
-    uint8_t *qku;         /* rows * k: qk + 128 as unsigned bytes (read by K6 on AVX-512 VNNI) */
+    uint8_t *qku;         /* rows * k: qk + 128 as unsigned bytes (read by K6 on AVX-512 VNNI), or NULL */
     int16_t *bs;          /* rows * k/16: per super-block, the sums of q over inputs
                              32b + 16h .. +15 at [h * 8 + b] (exact) */
 } tf_acts;

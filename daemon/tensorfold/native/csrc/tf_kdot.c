@@ -294,7 +294,7 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int64_t g, const tf_acts *a, int r0
         const uint8_t *meta = kmeta(w, g, j);                                                       \
         __m256i I[8], pairs[8];                                                                     \
         TOTALS(F, krecord(w, g, j, ahead), meta, a->qk + (int64_t)r0 * k + j * 256,                \
-               a->qku + (int64_t)r0 * k + j * 256, k, RT, I);                                       \
+               F == TF_K6 ? a->qku + (int64_t)r0 * k + j * 256 : NULL, k, RT, I);                  \
         __m256 dv, dm;                                                                              \
         kscales8(F, M6, meta, &dv, &dm, pairs);                                                     \
         _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {                                      \

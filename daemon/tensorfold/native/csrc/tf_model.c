@@ -80,16 +80,18 @@ typedef struct {
 /* y[r, :n] (stride ldy) = x[r] @ [parts]^T + bias, or += when accum. */
 static void linear(const tf_weight *const *parts, int nparts, const float *x, int rows, float *y, int ldy,
                    int accum, lin_scratch *sc, int threads) {
-    int n = 0, blocks = 0, supers = 0;
+    int n = 0, blocks = 0, supers = 0, k6 = 0;
     for (int i = 0; i < nparts; i++) {
         n += parts[i]->n;
         blocks |= parts[i]->fmt == TF_Q4A || parts[i]->fmt == TF_Q8;
         supers |= parts[i]->fmt >= TF_K4;
+        k6 |= parts[i]->fmt == TF_K6;
     }
     int k = parts[0]->k;
     tf_acts a = {rows, k};
     if (blocks) { a.q = sc->q; a.s = sc->s; a.sum = sc->sum; }
-    if (supers) { a.qk = sc->qk; a.qku = sc->qku; a.sk = sc->sk; a.bs = sc->bs; }
+    if (supers) { a.qk = sc->qk; a.sk = sc->sk; a.bs = sc->bs; }
+    if (k6) a.qku = sc->qku;              /* only Q6_K reads the unsigned copy */
     lin_job j = {parts, nparts, n, k, x, a, sc->tmp, y, ldy, accum};
     if (blocks || supers) {
         if ((int64_t)rows * k >= 65536) tf_pool_run(quant_job, &j, threads);

@@ -9,30 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-
-
-
 /* lanes8 dot product of n (a multiple of 8) elements */
 static inline float dot8(const float *a, const float *b, int n) {
     v8f acc = {0};
     for (int i = 0; i < n; i += 8) acc = acc + load8(a + i) * load8(b + i);
     return tree8v(acc);
-}
-
-/* dot8 of a with four consecutive rows of b (row stride n): four independent chains */
-static inline void dot8x4(const float *a, const float *b, int n, float *out) {
-    v8f c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
-    for (int i = 0; i < n; i += 8) {
-        v8f x = load8(a + i);
-        c0 = c0 + x * load8(b + i);
-        c1 = c1 + x * load8(b + n + i);
-        c2 = c2 + x * load8(b + 2 * n + i);
-        c3 = c3 + x * load8(b + 3 * n + i);
-    }
-    out[0] = tree8v(c0);
-    out[1] = tree8v(c1);
-    out[2] = tree8v(c2);
-    out[3] = tree8v(c3);
 }
 
 /* The largest of a[0..n), n >= 1 (any order gives the same value). */
@@ -70,17 +51,6 @@ static inline v8f tree8x8(const v8f *c) {
     v8f q0 = pair_sums(pair_sums(c[0], c[1]), pair_sums(c[2], c[3]));
     v8f q1 = pair_sums(pair_sums(c[4], c[5]), pair_sums(c[6], c[7]));
     return pair_sums(q0, q1);
-}
-
-/* dot8 of a with eight consecutive rows of b (row stride n) */
-static inline void dot8x8(const float *a, const float *b, int n, float *out) {
-    v8f c[8] = {{0}};
-    for (int i = 0; i < n; i += 8) {
-        v8f x = load8(a + i);
-        for (int p = 0; p < 8; p++) c[p] = c[p] + x * load8(b + (int64_t)p * n + i);
-    }
-    v8f t = tree8x8(c);
-    memcpy(out, &t, sizeof t);
 }
 
 /* ---------------------------------------------------------------- exp, silu */
@@ -312,7 +282,7 @@ ATTR static void NAME(const tf_attn *t, int row, int kvh, float *scratch) {     
             }                                                                                       \
     }                                                                                               \
     float den[64];                                                                                  \
-    tf_softmax_rows(s, G, L, den);                                                                     \
+    tf_softmax_rows(s, G, L, den);                                                                  \
     memset(o, 0, sizeof(float) * G * d);                                                            \
     for (int j0 = 0; j0 < L; j0 += B) {                                                             \
         int nj = L - j0 < B ? L - j0 : B;                                                           \
