@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import math
+import re
 from functools import cache
 from typing import Any, TypeVar
 
@@ -35,6 +36,11 @@ _MESSAGES = {
 _CODES = {errors.UNSUPPORTED, errors.INVALID_VALUE}
 
 
+# A surrogate reaches a parsed string only through a \uD800-\uDFFF escape (UTF-8 bytes
+# cannot encode one): bodies without such an escape skip the per-string check.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def _unencodable(text: str) -> bool:
     """A lone surrogate (JSON's \\ud800 escape alone): text no UTF-8 can carry."""
     try:
@@ -51,10 +57,11 @@ class _TooDeep:
     pass
 
 
-def _first_invalid(value: Any, loc: tuple[str | int, ...] = ()) -> tuple[tuple[str | int, ...], Any] | None:
-    """The location and value of the first NaN, infinity or string (or key) with a lone
-    surrogate in a parsed body, or of the first array or object nested past MAX_DEPTH
-    (as _TooDeep)."""
+def _first_invalid(value: Any, strings: bool, loc: tuple[str | int, ...] = ()) \
+        -> tuple[tuple[str | int, ...], Any] | None:
+    """The location and value of the first NaN, infinity or (when `strings`) string or key
+    with a lone surrogate in a parsed body, or of the first array or object nested past
+    MAX_DEPTH (as _TooDeep)."""
     stack = [(loc, value)]
     while stack:
         where, v = stack.pop()
@@ -62,10 +69,10 @@ def _first_invalid(value: Any, loc: tuple[str | int, ...] = ()) -> tuple[tuple[s
             return where[:2], _TooDeep()                 # named by its field, not 64 levels of path
         if isinstance(v, float) and not math.isfinite(v):
             return where, v
-        if isinstance(v, str) and _unencodable(v):
+        if strings and isinstance(v, str) and _unencodable(v):
             return where, v
         if isinstance(v, dict):
-            for k in v:
+            for k in v if strings else ():
                 if _unencodable(k):
                     return where, k
             stack.extend((where + (k,), x) for k, x in reversed(list(v.items())))
@@ -90,7 +97,7 @@ def parse_json_object(data: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise errors.invalid(f"The request body must be a JSON object, not {type(body).__name__}",
                              code=errors.INVALID_JSON)
-    bad = _first_invalid(body)
+    bad = _first_invalid(body, _SURROGATE_ESCAPE.search(data) is not None)
     if bad is not None:
         param = param_name(bad[0])
         if isinstance(bad[1], _TooDeep):
