@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
-from .config import AUTO_LANES, EngineConfig, SamplingDefaults, ServerConfig
+from .config import AUTO_LANES, EngineConfig, Limits, SamplingDefaults, ServerConfig
 
 log = logging.getLogger("tensorfold")
 
@@ -82,6 +83,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--allowed-origins", action="append", default=[], metavar="ORIGIN",
                        help="a web page origin (scheme://host[:port]) that may call /v1 from a browser, "
                             "with CORS; repeatable, or '*' for any (default: only the server's own pages)")
+    serve.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE",
+                       help="a request limit, repeatable: " + ", ".join(
+                           f"{f.name} (default {f.default})" for f in dataclasses.fields(Limits)))
     serve.add_argument("--tool-parser", default=None,
                        choices=["qwen_xml", "hermes", "gemma4", "glm", "json"],
                        help="tool-call format of the model's replies (default: from its chat template; a ChatML "
@@ -155,6 +159,10 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise SystemExit(f"tensorfold: cannot listen on {url_for(args.host, args.port)}: "
                          f"{exc.strerror or exc} (another server there? pick another --port)") from None
+    try:
+        limits = Limits.parse(args.limit)
+    except ValueError as exc:
+        raise SystemExit(f"tensorfold: --limit {exc}") from None
     engine_cfg = engine_config(args)
     config = ServerConfig(
         host=args.host, port=args.port, served_model_name=args.served_model_name,
@@ -163,7 +171,7 @@ def _serve(args: argparse.Namespace) -> int:
         tool_parser=args.tool_parser, reasoning_effort=args.reasoning_effort,
         thinking_budget=args.thinking_budget,
         sampling=SamplingDefaults(args.temperature, args.top_p, args.top_k, args.min_p),
-        engine=engine_cfg,
+        engine=engine_cfg, limits=limits,
     )
     folder = resolve_model(args.model)
     engine = EngineClient(folder, engine_cfg)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,42 @@ AUTO_LANES = 8
 
 
 @dataclass(frozen=True, slots=True)
+class Limits:
+    """What one request may ask of the server: each refused with a 400 (413 for the body)
+    naming its field and the `--limit NAME=VALUE` that raises it."""
+
+    body_bytes: int = 8 * 1024 * 1024      # the request body (413)
+    messages: int = 4096                   # chat messages, or Responses input items
+    message_chars: int = 1_000_000         # the strings of one message or input item; a prompt; instructions
+    stop_strings: int = 16                 # stop strings per request
+    stop_chars: int = 4096                 # characters per stop string
+    grammar_bytes: int = 128 * 1024        # a structured-output schema, regex, grammar or choice list
+    grammar_seconds: float = 20.0          # compile time of one grammar
+    depth: int = 64                        # arrays and objects nested in one another
+
+    @classmethod
+    def parse(cls, items: list[str] | tuple[str, ...]) -> Limits:
+        """Limits from NAME=VALUE strings (the --limit flag); ValueError names what is wrong."""
+        values: dict[str, int | float] = {}
+        names = {f.name: f.type for f in fields(cls)}
+        for item in items:
+            name, eq, text = item.partition("=")
+            name = name.strip().replace("-", "_")
+            if not eq or name not in names:
+                raise ValueError(f"{item!r}: expected NAME=VALUE with NAME one of {', '.join(names)}")
+            try:
+                value = float(text) if names[name] == "float" else int(text)
+            except ValueError:
+                raise ValueError(f"{item!r}: {text!r} is not a number") from None
+            if not value > 0:
+                raise ValueError(f"{item!r}: the limit must be above 0")
+            values[name] = value
+        return cls(**values)
+
+
+
+
+@dataclass(frozen=True, slots=True)
 class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8080
@@ -45,9 +81,9 @@ class ServerConfig:
     api_key: str | None = None
     allowed_origins: tuple[str, ...] = ()  # browser origins (or "*") that may call /v1 with CORS
     max_tokens: int | None = None          # default reply limit; None: remaining context
-    max_body_bytes: int = 32 * 1024 * 1024
     tool_parser: str | None = None         # tool-call format; None: chosen from the chat template
     reasoning_effort: str | None = None    # effort for requests that send none; None: the template's
     thinking_budget: int | None = None     # thinking tokens before the block is closed; None: no limit
     sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
     engine: EngineConfig = field(default_factory=EngineConfig)
+    limits: Limits = field(default_factory=Limits)

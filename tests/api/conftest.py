@@ -22,7 +22,7 @@ import pytest
 
 from tests.api.fake_engine import FakeEngine
 from tests.servers import Served, running
-from tensorfold.config import EngineConfig, ServerConfig
+from tensorfold.config import EngineConfig, Limits, ServerConfig
 
 ALIAS = "tf-test-alias"
 MAX_BODY = 256 * 1024
@@ -40,8 +40,8 @@ def make_engine(request: pytest.FixtureRequest) -> Any:
     return EngineClient(request.getfixturevalue("tiny_model"), EngineConfig(dtype="float32", device="cpu"))
 
 
-def api_config(**overrides: Any) -> ServerConfig:
-    return ServerConfig(aliases=(ALIAS,), max_body_bytes=MAX_BODY, **overrides)
+def api_config(limits: Limits | None = None, **overrides: Any) -> ServerConfig:
+    return ServerConfig(aliases=(ALIAS,), limits=limits or Limits(body_bytes=MAX_BODY), **overrides)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ a model. It also records what reached it (`requests`, `aborted`,
 
     [[fail-finish]]  one delta, then Finish(reason=ERROR)
     [[fail-raise]]   one delta, then an exception from the iterator
-    [[slow]]         a delta every 20 ms until max_tokens or the client leaves
+    [[slow]]         a delta every 20 ms until max_tokens, the client leaves or end_all
 
 Tokens are UTF-8 bytes (id = byte + 3); 1 is BOS, 2 is EOS. The chat template
 is a small ChatML one that ignores tools (like SmolLM2's) and, like Qwen's,
@@ -100,6 +100,7 @@ class FakeEngine:
         self.prompt_tokens = 0          # of ended requests, as the engine counts them
         self.completion_tokens = 0      # every delta's tokens, as they stream
         self.extra_health: dict[str, Any] = {}    # keys a test adds to health()
+        self.ended: str | None = None   # end_all's message: every reply fails with it
 
     def health(self) -> dict[str, Any]:
         """The keys of engine/counters.py Counters.snapshot(), plus `extra_health`."""
@@ -111,6 +112,10 @@ class FakeEngine:
                 "rounds_total": self.completion_tokens, "preemptions_total": 0,
                 "streams_decoding": self.running, "streams_prefilling": 0, "streams_maximum": 4,
                 "kv_blocks_used": self.running, "busy": self.running > 0, **self.extra_health}
+
+    def end_all(self, message: str) -> None:
+        """As EngineClient.end_all: every reply in flight, and every later one, fails."""
+        self.ended = message
 
     def request(self, request_id: str) -> Request:
         return next(r for r in self.requests if r.id == request_id)
@@ -156,6 +161,10 @@ class FakeEngine:
                 sent: list[int] = []
                 while len(sent) < request.max_tokens:
                     await asyncio.sleep(0.02)
+                    if self.ended is not None:
+                        done = True
+                        yield Delta(finish=self._finish(request, sent, FinishReason.ERROR, error=self.ended))
+                        return
                     sent.append(OFFSET + ord("."))
                     yield Delta(text=".", token_ids=[sent[-1]])
                 done = True

@@ -5,9 +5,14 @@ from __future__ import annotations
 import json
 import re
 
+import httpx
 import pytest
 
+from tensorfold.config import Limits
+from tests.servers import running
+
 from .api_helpers import assert_envelope
+from .conftest import MAX_BODY, api_config, make_engine
 
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"},
                                            "n": {"type": "integer", "minimum": 0, "maximum": 9}},
@@ -75,3 +80,41 @@ def test_completions_take_grammars_too(http):
     r = http.post("/v1/completions", json={"prompt": "Pick:", "guided_choice": ["alpha", "beta"], "max_tokens": 10})
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["text"] in ("alpha", "beta")
+
+
+def grammar_compiler(server):
+    if not hasattr(server.engine, "grammar_compiler"):
+        pytest.skip("needs the real engine's grammar compiler")
+    return server.engine.grammar_compiler()
+
+
+def test_a_grammar_past_the_time_budget_is_a_400_naming_the_field(request, server):
+    grammar_compiler(server)
+    slow = "(" + "|".join(f"{i}x" for i in range(30_000)) + ")"     # ~200 KB, about 0.8 s to compile
+    limits = Limits(body_bytes=MAX_BODY, grammar_seconds=0.2, grammar_bytes=len(slow))
+    with running(make_engine(request), api_config(limits=limits)) as served:
+        r = httpx.post(served.url + "/v1/chat/completions", timeout=60,
+                       json={"messages": MESSAGES, "guided_regex": slow})
+        ok = httpx.post(served.url + "/v1/chat/completions", timeout=60,
+                        json={"messages": MESSAGES, "guided_regex": "[0-9]{3}", "max_tokens": 5})
+    error = assert_envelope(r, 400, "guided_regex")
+    assert "took longer than 0.2 s to compile" in error["message"]
+    assert ok.status_code == 200 and re.fullmatch("[0-9]{3}", ok.json()["choices"][0]["message"]["content"])
+
+
+def test_a_grammar_past_the_size_limit_is_a_400_naming_field_and_flag(http):
+    big = "(" + "|".join(f"{i}x" for i in range(30_000)) + ")"
+    error = assert_envelope(http.post("/v1/chat/completions", json={"messages": MESSAGES, "guided_regex": big}),
+                            400, "guided_regex")
+    assert "--limit grammar_bytes=" in error["message"]
+
+
+def test_too_many_pending_grammars_is_a_429_to_retry(http, server):
+    compiler = grammar_compiler(server)
+    limit, compiler.max_pending = compiler.max_pending, 0
+    try:
+        r = http.post("/v1/chat/completions", json={"messages": MESSAGES, "guided_regex": "[0-9]{7}z"})
+    finally:
+        compiler.max_pending = limit
+    error = assert_envelope(r, 429, "guided_regex", type="rate_limit_error")
+    assert error["code"] == "grammar_busy" and "retry" in error["message"]

@@ -187,3 +187,20 @@ def test_input_items_list_the_conversation_a_response_answered(fake_http):
     assert_envelope(fake_http.get(url, params={"after": "nope"}), 400, param="after")
     assert_envelope(fake_http.get(url, params={"limit": "0"}), 400, param="limit")
     assert_envelope(fake_http.get(f"{RESPONSES}/resp_missing/input_items"), 404)
+
+
+def test_keys_an_input_item_does_not_define_are_not_stored(fake_http):
+    """Unknown keys (here 40 KB of them) are dropped, so the store keeps only what the
+    Responses API defines."""
+    junk = "x" * 40_000
+    item = {"type": "message", "role": "user", "junk": junk,
+            "content": [{"type": "input_text", "text": "Hi.", "junk": junk}]}
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}", "junk": junk}
+    output = {"type": "function_call_output", "call_id": "c1", "output": "ok", "junk": junk}
+    made = create(fake_http, input=[item, call, output])
+    items = fake_http.get(f"{RESPONSES}/{made['id']}/input_items", params={"order": "asc"}).json()["data"]
+    assert [{k for k in i if k != "id"} for i in items] == [
+        {"type", "role", "content"}, {"type", "call_id", "name", "arguments"}, {"type", "call_id", "output"}]
+    assert items[0]["content"] == [{"type": "input_text", "text": "Hi."}]
+    listed = fake_http.get(RESPONSES).json()["data"]
+    assert listed[0]["id"] == made["id"] and junk not in str(listed)

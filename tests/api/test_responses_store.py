@@ -45,23 +45,47 @@ def test_evicts_the_oldest_by_count():
     assert [store.get(f"resp_{n}") is not None for n in range(5)] == [False, False, True, True, True]
 
 
+def size_of(r: StoredResponse) -> int:
+    probe = MemoryStore()
+    probe.put(r)
+    return probe.bytes
+
+
 def test_evicts_the_oldest_by_bytes():
-    size = record(0, pad=1000).with_size().size
+    size = size_of(record(0, pad=10_000))
     store = MemoryStore(max_bytes=3 * size + size // 2)
     for n in range(5):
-        store.put(record(n, pad=1000))
+        store.put(record(n, pad=10_000))
     assert len(store) == 3 and store.bytes == 3 * size
     assert store.get("resp_1") is None and store.get("resp_2") is not None
-    store.put(record(9, pad=2500))      # about 2.5 records: two more go
+    store.put(record(9, pad=25_000))      # about 2.5 records: two more go
     assert ids(store.page(10)[0]) == ["resp_9", "resp_4"]
     assert store.bytes <= store.max_bytes
 
 
 def test_a_response_larger_than_the_store_is_not_kept_and_evicts_nothing():
-    store = MemoryStore(max_bytes=500)
+    store = MemoryStore(max_bytes=size_of(record(1)) + 500)
     assert store.put(record(1))
     assert store.put(record(2, pad=600)) is False
     assert ids(store.page(10)[0]) == ["resp_1"]
+
+
+def test_the_store_counts_the_memory_it_holds():
+    """Many small items (the shape that took 35 bytes of memory per JSON byte when kept as
+    Python objects): what the store counts covers what it allocates."""
+    import tracemalloc
+
+    history = [{"type": "message", "role": "user", "content": f"m{i}"} for i in range(20_000)]
+    store = MemoryStore()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for n in range(5):
+        store.put(StoredResponse(f"resp_{n}", {"id": f"resp_{n}", "output": []}, history, {"id": f"resp_{n}"}))
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert store.bytes >= held > 0, (store.bytes, held)
+    got = store.get("resp_3")
+    assert got is not None and got.history == history and got.history is not history
 
 
 def test_putting_an_id_again_replaces_it_as_the_newest():

@@ -8,7 +8,7 @@ error handlers that turn every failure into the OpenAI error envelope.
     404 invalid_request_error   unknown route, unknown model (code model_not_found),
                                 unknown stored response (code not_found)
     405 invalid_request_error   wrong method (with an Allow header)
-    413 invalid_request_error   body over config.max_body_bytes
+    413 invalid_request_error   body over config.limits.body_bytes (--limit body_bytes=N)
     500 server_error            generation failed, or a bug
 
 Every request leaves one line on the serve log (access_log.py).
@@ -47,7 +47,7 @@ def create_app(engine, config: ServerConfig, store: ResponseStore | None = None)
     finished responses (/v1/responses); default: a new MemoryStore."""
     app = Quart("tensorfold.api")
     app.url_map.merge_slashes = False          # /v1//models is a JSON 404, not an HTML redirect
-    app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
+    app.config["MAX_CONTENT_LENGTH"] = config.limits.body_bytes
     served_id = config.served_model_name or engine.model_name
     app.extensions[EXTENSION] = AppState(engine, config, served_id, tuple(config.aliases),
                                          responses=store if store is not None else MemoryStore())
@@ -95,7 +95,8 @@ async def _http_error(exc: HTTPException) -> Response:
     elif status == 405:
         message = f"Method {request.method} is not allowed for {request.path}"
     elif status == 413:
-        message = f"The request body is larger than the server's limit of {request.max_content_length} bytes"
+        message = (f"The request body is larger than the server's limit of {request.max_content_length} bytes "
+                   "(--limit body_bytes=N)")
     else:
         message = exc.description or exc.name
     kind = errors.SERVER_ERROR if status >= 500 else errors.INVALID_REQUEST

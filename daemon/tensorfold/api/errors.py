@@ -15,6 +15,7 @@ from typing import Any
 
 INVALID_REQUEST = "invalid_request_error"
 SERVER_ERROR = "server_error"
+RATE_LIMIT = "rate_limit_error"
 
 # Codes the API uses in `error.code` (OpenAI's where OpenAI has one).
 INVALID_VALUE = "invalid_value"
@@ -25,6 +26,7 @@ CONTEXT_LENGTH = "context_length_exceeded"
 MODEL_NOT_FOUND = "model_not_found"
 INVALID_API_KEY = "invalid_api_key"
 TEMPLATE_ERROR = "chat_template_error"
+GRAMMAR_BUSY = "grammar_busy"
 
 
 def envelope(message: str, type: str = INVALID_REQUEST, param: str | None = None,
@@ -59,6 +61,11 @@ def invalid(message: str, param: str | None = None, code: str = INVALID_VALUE) -
 def unsupported(message: str, param: str | None) -> APIError:
     """A 400 for a feature this server does not run."""
     return APIError(message, status=400, param=param, code=UNSUPPORTED)
+
+
+def busy(message: str, param: str | None = None, code: str = GRAMMAR_BUSY) -> APIError:
+    """A 429: the server cannot take this request now; the same request may succeed later."""
+    return APIError(message, status=429, type=RATE_LIMIT, param=param, code=code)
 
 
 def server_error(message: str) -> APIError:

@@ -21,8 +21,6 @@ from pydantic_core import PydanticCustomError
 
 from . import errors
 
-MAX_STOP_STRINGS = 16
-MAX_STOP_CHARS = 4096      # per stop string: a longer one is a 400 (a 10 MB one held gigabytes)
 INT32 = 1 << 31
 SEED_MIN, SEED_LIMIT = -(1 << 63), 1 << 64
 
@@ -139,15 +137,11 @@ def _stop(v: Any) -> tuple[str, ...]:
     items = [v] if isinstance(v, str) else v
     if not isinstance(items, list):
         fail(f"must be a string or an array of strings, not {_kind(v)}")
-    if len(items) > MAX_STOP_STRINGS:
-        fail(f"takes at most {MAX_STOP_STRINGS} stop strings, not {len(items)}")
     for i, s in enumerate(items):
         if not isinstance(s, str):
             fail(f"item {i} must be a string, not {_kind(s)}")
         if not s:
             fail("stop strings must not be empty" if isinstance(v, list) else "must not be an empty string")
-        if len(s) > MAX_STOP_CHARS:
-            fail(f"stop strings are at most {MAX_STOP_CHARS} characters, not {len(s)}")
     return tuple(items)
 
 

@@ -8,20 +8,22 @@ for a float (1e400 would otherwise become inf).
 from __future__ import annotations
 
 import asyncio
-
 import json
 import logging
 import math
 import re
 from functools import cache
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from ..config import Limits
 from . import errors
 from .errors import APIError
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 # pydantic error types -> (our message, our code); the rest keep pydantic's message.
@@ -50,23 +52,19 @@ def _unencodable(text: str) -> bool:
     return False
 
 
-MAX_DEPTH = 64      # arrays and objects inside one another: deeper bodies are a 400, not a recursion error
-
-
 class _TooDeep:
     pass
 
 
-def _first_invalid(value: Any, strings: bool, loc: tuple[str | int, ...] = ()) \
-        -> tuple[tuple[str | int, ...], Any] | None:
+def _first_invalid(value: Any, strings: bool, depth: int) -> tuple[tuple[str | int, ...], Any] | None:
     """The location and value of the first NaN, infinity or (when `strings`) string or key
     with a lone surrogate in a parsed body, or of the first array or object nested past
-    MAX_DEPTH (as _TooDeep)."""
-    stack = [(loc, value)]
+    `depth` (as _TooDeep)."""
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), value)]
     while stack:
         where, v = stack.pop()
-        if len(where) > MAX_DEPTH:
-            return where[:2], _TooDeep()                 # named by its field, not 64 levels of path
+        if len(where) > depth:
+            return where[:2], _TooDeep()                 # named by its field, not `depth` levels of path
         if isinstance(v, float) and not math.isfinite(v):
             return where, v
         if strings and isinstance(v, str) and _unencodable(v):
@@ -81,28 +79,57 @@ def _first_invalid(value: Any, strings: bool, loc: tuple[str | int, ...] = ()) \
     return None
 
 
-def parse_json_object(data: bytes) -> dict[str, Any]:
+def _too_deep(value: Any, depth: int) -> bool:
+    """Whether any value sits more than `depth` arrays and objects deep (a quick walk)."""
+    stack = [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = v.values()
+        elif not isinstance(v, list):
+            continue
+        if d >= depth:
+            if v:
+                return True
+            continue
+        stack.extend((x, d + 1) for x in v if isinstance(x, (dict, list)))
+    return False
+
+
+def parse_json_object(data: bytes, depth: int = Limits().depth) -> dict[str, Any]:
     """The request body as a JSON object, or a 400.
 
     Python's json module reads the NaN, Infinity and -Infinity literals and
     turns 1e400 into inf; JSON has none of them, so any non-finite number,
     wherever it sits, is refused here with its location as `param`; so is a
-    string with a lone surrogate escape, which no UTF-8 text can carry."""
+    string with a lone surrogate escape, which no UTF-8 text can carry, and arrays and
+    objects nested more than `depth` deep (a recursion error otherwise, further on)."""
     if not data.strip():
         raise errors.invalid("The request body is empty; send a JSON object", code=errors.INVALID_JSON)
+    odd: list[str] = []             # non-finite numbers seen while parsing
+
+    def number(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            odd.append(text)
+        return value
+
     try:
-        body = json.loads(data)
+        body = json.loads(data, parse_float=number, parse_constant=number)
     except (ValueError, RecursionError) as exc:   # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise errors.invalid(f"The request body is not valid JSON: {exc}", code=errors.INVALID_JSON) from None
     if not isinstance(body, dict):
         raise errors.invalid(f"The request body must be a JSON object, not {type(body).__name__}",
                              code=errors.INVALID_JSON)
-    bad = _first_invalid(body, _SURROGATE_ESCAPE.search(data) is not None)
+    strings = _SURROGATE_ESCAPE.search(data) is not None
+    if not (odd or strings or _too_deep(body, depth)):
+        return body
+    bad = _first_invalid(body, strings, depth)
     if bad is not None:
         param = param_name(bad[0])
         if isinstance(bad[1], _TooDeep):
-            raise errors.invalid(f"Invalid '{param}': arrays and objects nest more than {MAX_DEPTH} deep",
-                                 param=param)
+            raise errors.invalid(f"Invalid '{param}': arrays and objects nest more than {depth} deep "
+                                 "(the server's --limit depth=N)", param=param)
         if isinstance(bad[1], str):
             raise errors.invalid(f"Invalid '{param}': a string holds a lone UTF-16 surrogate escape "
                                  "(\\ud800-\\udfff without its pair)", param=param)
@@ -171,15 +198,21 @@ def _is_type_tag(part: str) -> bool:
     return any(c in part for c in "[]()") or part in ("str", "int", "float", "bool", "dict", "list")
 
 
-OFF_LOOP_BYTES = 1 << 20    # bodies this large are parsed on a worker thread, not the event loop
+OFF_LOOP_BYTES = 64 * 1024    # bodies this large are parsed on a worker thread, not the event loop
 
 
-async def read_body() -> dict[str, Any]:
+async def read_body(depth: int) -> dict[str, Any]:
     """The current request's body as a JSON object (413 past MAX_CONTENT_LENGTH); a large
     one is parsed off the event loop, so other requests (and /health) are not held up."""
     from quart import request
 
     data = await request.get_data(cache=False)
     if len(data) >= OFF_LOOP_BYTES:
-        return await asyncio.to_thread(parse_json_object, data)
-    return parse_json_object(data)
+        return await asyncio.to_thread(parse_json_object, data, depth)
+    return parse_json_object(data, depth)
+
+
+async def off_loop(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` on a worker thread, with the request's context: validation, rendering and
+    tokenization run there, so a large request never holds up the event loop."""
+    return await asyncio.to_thread(fn, *args)

@@ -17,7 +17,9 @@ tool_calls (call_id, name, arguments). Other items map one to one:
     function_call_output                a tool message answering call_id
 
 Refused with 400: input_file parts and file ids (unsupported), audio,
-item_reference items, encrypted reasoning, and built-in tool items.
+item_reference items, encrypted reasoning, and built-in tool items. Keys an
+item or content part does not define are dropped (ITEM_KEYS, PART_KEYS), so
+the store keeps only what the Responses API defines.
 """
 
 from __future__ import annotations
@@ -36,6 +38,29 @@ BUILT_IN_ITEMS = (
     "mcp_approval_response", "mcp_call", "custom_tool_call", "custom_tool_call_output", "tool_search_call",
     "tool_search_output", "compaction", "program", "program_output", "additional_tools",
 )
+
+ITEM_KEYS = {
+    "message": ("type", "role", "content", "id", "status"),
+    "function_call": ("type", "call_id", "name", "arguments", "id", "status"),
+    "function_call_output": ("type", "call_id", "output", "id", "status"),
+    "reasoning": ("type", "id", "summary", "content", "status"),
+}
+PART_KEYS = {
+    "input_text": ("type", "text"), "output_text": ("type", "text", "annotations", "logprobs"),
+    "refusal": ("type", "refusal"), "input_image": ("type", "image_url", "detail"),
+    "reasoning_text": ("type", "text"), "summary_text": ("type", "text"),
+}
+
+
+def _kept(item: dict[str, Any], kind: str) -> dict[str, Any]:
+    """A copy of `item` (of type `kind`) with only the keys its type defines; its content
+    parts likewise."""
+    out = {key: copy.deepcopy(item[key]) for key in ITEM_KEYS[kind] if key in item}
+    out["type"] = kind
+    for key in ("content", "output", "summary"):
+        if isinstance(out.get(key), list):
+            out[key] = [{k: v for k, v in part.items() if k in PART_KEYS[part["type"]]} for part in out[key]]
+    return out
 
 
 def _invalid(message: str, param: str) -> NoReturn:
@@ -94,7 +119,7 @@ def _item(item: Any, where: str) -> dict[str, Any]:
         _invalid("must have a string 'type' (or a 'role' for a message)", where)
     else:
         _invalid(f"unknown item type {kind!r}", f"{where}.type")
-    return {**copy.deepcopy(item), "type": kind}
+    return _kept(item, kind)
 
 
 def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
@@ -114,7 +139,7 @@ def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
             raise errors.invalid(f"Missing required parameter: '{where}.content'", param=f"{where}.content",
                                  code=errors.MISSING)
         _invalid("must be a string or an array of content parts", f"{where}.content")
-    return {**copy.deepcopy(item), "type": "message"}
+    return _kept(item, "message")
 
 
 def _part(part: Any, where: str) -> None:

@@ -12,7 +12,9 @@ from .chat_reply import ChatReply, reply_parser
 from .structured import attach_grammar
 from .tool_prompt import tool_format
 from .generation import stream_reply, whole_reply
-from .parsing import read_body, validate
+from .limits import check_generation
+from .lifecycle import counted, tracked
+from .parsing import off_loop, read_body, validate
 from .payloads import ChatShape
 from .schemas import ChatCompletionRequest, GenerationRequest
 from .sse import json_response, sse_response
@@ -22,15 +24,21 @@ bp = Blueprint("chat", __name__)
 
 
 @bp.post("/v1/chat/completions")
+@tracked
 async def chat_completions() -> Response:
-    return await run_chat(await read_body())
+    return await run_chat(await read_body(get_state().config.limits.depth))
+
+
+def _validated(raw: dict[str, Any]) -> ChatCompletionRequest:
+    check_generation(raw, get_state().config.limits)
+    return validate(ChatCompletionRequest, raw)
 
 
 async def run_chat(raw: dict[str, Any]) -> Response:
     """Validate, render and fit the request (every refusal is a 400 before a
     stream opens), then generate. Also serves completions bodies that carry
     a nonempty messages list."""
-    body = validate(ChatCompletionRequest, raw)
+    body = await off_loop(_validated, raw)
     state = get_state()
     model = state.resolve_model(body.model)
     request_id = new_id("chatcmpl")
@@ -44,13 +52,13 @@ async def chat_engine_request(body: ChatCompletionRequest, request_id: str) -> A
     """The engine request for a validated chat body: rendered, fitted and
     constrained, every refusal a 400. /v1/responses runs through it too."""
     state = get_state()
-    engine_request = convert.chat_request(body, state.engine, state.config, request_id)
+    engine_request = await off_loop(convert.chat_request, body, state.engine, state.config, request_id)
     fmt = tool_format(getattr(state.engine.tokenizer, "chat_template", ""), state.config.tool_parser)
-    return await attach_grammar(engine_request, body, state.engine, fmt)
+    return await attach_grammar(engine_request, body, state.engine, state.config.limits, fmt)
 
 
 async def respond(engine: Any, request: Any, shape: Any, body: GenerationRequest) -> Response:
     """Generate `request`: as server-sent events when `body` asks to stream, or one JSON body."""
     if body.stream:
-        return sse_response(stream_reply(engine, request, shape, usage_chunk=body.include_usage))
+        return sse_response(counted(stream_reply(engine, request, shape, usage_chunk=body.include_usage)))
     return json_response(await whole_reply(engine, request, shape))

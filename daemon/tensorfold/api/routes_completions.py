@@ -8,12 +8,15 @@ a chat.completion reply, since that is what a chat handler returns.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from quart import Blueprint, Response
 
 from . import convert
 from .structured import attach_grammar
-from .parsing import read_body, validate
+from .limits import check_generation
+from .lifecycle import tracked
+from .parsing import off_loop, read_body, validate
 from .payloads import CompletionShape
 from .routes_chat import respond, run_chat
 from .schemas import CompletionRequest, wants_chat
@@ -22,16 +25,22 @@ from .state import get_state, new_id
 bp = Blueprint("completions", __name__)
 
 
+def _validated(raw: dict[str, Any]) -> CompletionRequest:
+    check_generation(raw, get_state().config.limits)
+    return validate(CompletionRequest, raw)
+
+
 @bp.post("/v1/completions")
+@tracked
 async def completions() -> Response:
-    raw = await read_body()
+    state = get_state()
+    raw = await read_body(state.config.limits.depth)
     if wants_chat(raw):
         return await run_chat(raw)
-    body = validate(CompletionRequest, raw)
-    state = get_state()
+    body = await off_loop(_validated, raw)
     model = state.resolve_model(body.model)
     request_id = new_id("cmpl")
-    engine_request = convert.completion_request(body, state.engine, state.config, request_id)
-    engine_request = await attach_grammar(engine_request, body, state.engine)
+    engine_request = await off_loop(convert.completion_request, body, state.engine, state.config, request_id)
+    engine_request = await attach_grammar(engine_request, body, state.engine, state.config.limits)
     shape = CompletionShape(request_id, model, int(time.time()), body.ignored_fields)
     return await respond(state.engine, engine_request, shape, body)

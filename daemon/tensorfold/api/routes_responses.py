@@ -32,7 +32,9 @@ from ..store import ResponseStore, StoredResponse
 from . import errors
 from .chat_reply import reply_parser
 from .generation import GenerationFailed, check_finish, run_engine
-from .parsing import read_body, validate
+from .limits import check_responses
+from .lifecycle import counted, tracked
+from .parsing import off_loop, read_body, validate
 from .responses_builder import EventLog, OutputBuilder, PlainText, ReplyEvent, item_id
 from .responses_convert import as_responses_errors, chat_body, head as response_head
 from .responses_items import normalize_input
@@ -53,23 +55,33 @@ PREVIOUS_NOT_FOUND = "previous_response_not_found"
 
 
 @bp.post("/v1/responses")
+@tracked
 async def create_response() -> Response:
-    raw = await read_body()
-    body = validate(ResponsesRequest, raw)
     state = get_state()
-    model = state.resolve_model(body.model)
-    history = _conversation(state.responses, body)
+    raw = await read_body(state.config.limits.depth)
+    body, model, history, chat = await off_loop(_validated, raw)
     response_id = item_id("resp")
     with as_responses_errors():
-        chat = validate(ChatCompletionRequest, chat_body(body, raw, history))
         engine_request = await chat_engine_request(chat, response_id)
     parser = reply_parser(state.engine, chat, engine_request, state.config) or PlainText()
     run = ResponseRun(state.engine, engine_request, parser,
                       response_head(body, chat, model, response_id, state.config.sampling),
                       state.responses, history)
     if body.stream:
-        return sse_response(run.stream())
+        return sse_response(counted(run.stream()))
     return json_response(await run.whole())
+
+
+def _validated(raw: dict[str, Any]) -> tuple[ResponsesRequest, str, list[dict[str, Any]], ChatCompletionRequest]:
+    """The body, its model name, the conversation it continues and its equivalent chat body."""
+    state = get_state()
+    check_responses(raw, state.config.limits)
+    body = validate(ResponsesRequest, raw)
+    model = state.resolve_model(body.model)
+    history = _conversation(state.responses, body)
+    with as_responses_errors():
+        chat = validate(ChatCompletionRequest, chat_body(body, raw, history))
+    return body, model, history, chat
 
 
 def _conversation(store: ResponseStore, body: ResponsesRequest) -> list[dict[str, Any]]:
@@ -115,7 +127,8 @@ class ResponseRun:
         yield finish
 
     def _keep(self, body: dict[str, Any]) -> dict[str, Any]:
-        if self.head.store and not self.store.put(StoredResponse(body["id"], body, self.history)):
+        if self.head.store and not self.store.put(
+                StoredResponse(body["id"], body, self.history, listing_entry(body, self.history))):
             log.warning("response %s is larger than the whole store; not kept", body["id"])
         return body
 
@@ -187,7 +200,7 @@ async def list_responses() -> Response:
     """Stored responses, newest first: ?limit (1 to 100, default 20) and
     ?after=<id> for the next page. An extension for the console."""
     records, more = get_state().responses.page(_limit(), request.args.get("after") or None)
-    data = [listing_entry(r.response, r.history) for r in records]
+    data = [r.summary for r in records]
     return json_response({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
                           "last_id": data[-1]["id"] if data else None, "has_more": more})
 

@@ -1,7 +1,9 @@
 """Serving the app with Hypercorn (asyncio).
 
-`serve` runs until SIGINT/SIGTERM. `serve_async` binds the socket itself, so
-port 0 picks a free port that `on_bound` reports before serving starts (the
+`serve` runs until SIGINT/SIGTERM, then shuts down gracefully (lifecycle.py:
+running replies end with an error event, new requests get 503) and returns; a
+second signal ends the process at once. `serve_async` binds the socket itself,
+so port 0 picks a free port that `on_bound` reports before serving starts (the
 socket already listens: early clients wait in its backlog). `ServerThread`
 runs `serve_async` on a background thread with its own event loop and stops
 it cleanly: what the API tests, the e2e tests and embedders use.
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import socket
 import threading
 from collections.abc import Awaitable, Callable
@@ -60,16 +64,43 @@ async def serve_async(app: Any, host: str = "127.0.0.1", port: int = 0, *,
     await hypercorn_serve(app, config, shutdown_trigger=shutdown_trigger)
 
 
+async def drain_then_stop(app: Any, stop: asyncio.Event, grace: float = 5.0) -> None:
+    """End the app's requests gracefully (lifecycle.Drain), then let the server close."""
+    state = getattr(app, "extensions", {}).get("tensorfold")
+    try:
+        if state is not None:
+            await state.drain.begin(grace)
+    finally:
+        stop.set()
+
+
 def serve(app: Any, config: ServerConfig) -> None:
-    """Serve `app` on config.host:config.port until interrupted, saying where
-    it listens and which model it serves."""
+    """Serve `app` on config.host:config.port until SIGINT or SIGTERM, saying where
+    it listens and which model it serves; then shut down gracefully."""
     state = getattr(app, "extensions", {}).get("tensorfold")
     model = f", serving {state.served_id}" if state is not None else ""
 
     def announce(host: str, port: int) -> None:
         print(f"tensorfold listening on {url_for(host, port)}/v1{model}", flush=True)
 
-    asyncio.run(serve_async(app, config.host, config.port, on_bound=announce))
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        draining: list[asyncio.Task[None]] = []
+
+        def on_signal(name: str) -> None:
+            if draining:
+                print(f"tensorfold: {name} again: exiting now", flush=True)
+                os._exit(1)
+            print(f"tensorfold: {name}: shutting down (again to exit at once)", flush=True)
+            draining.append(loop.create_task(drain_then_stop(app, stop)))
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal, sig.name)
+        await serve_async(app, config.host, config.port, shutdown_trigger=stop.wait, on_bound=announce,
+                          graceful_timeout=2.0)
+
+    asyncio.run(main())
 
 
 class ServerThread:
@@ -93,10 +124,16 @@ class ServerThread:
             raise RuntimeError("the server failed to start") from self._error
         return self.url
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = 30.0, graceful: bool = False) -> None:
+        """Stop serving; `graceful` first ends the app's requests as SIGTERM does
+        (and leaves its engine refusing requests)."""
         if self._loop is not None and self._stop is not None and not self._loop.is_closed():
+            loop, stop = self._loop, self._stop
             try:
-                self._loop.call_soon_threadsafe(self._stop.set)
+                if graceful:
+                    loop.call_soon_threadsafe(lambda: loop.create_task(drain_then_stop(self.app, stop)))
+                else:
+                    loop.call_soon_threadsafe(stop.set)
             except RuntimeError:        # the loop closed meanwhile
                 pass
         if self._thread is not None:

@@ -12,6 +12,7 @@ from quart import current_app
 from ..config import ServerConfig
 from ..store import MemoryStore, ResponseStore
 from . import errors
+from .lifecycle import Drain
 
 EXTENSION = "tensorfold"
 
@@ -24,6 +25,10 @@ class AppState:
     aliases: tuple[str, ...]
     started_at: float = field(default_factory=time.time)
     responses: ResponseStore = field(default_factory=MemoryStore)   # the Responses store
+    drain: Drain = field(init=False)                                 # shutdown (lifecycle.py)
+
+    def __post_init__(self) -> None:
+        self.drain = Drain(self.engine)
 
     @property
     def uptime_seconds(self) -> float:

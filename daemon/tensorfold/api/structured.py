@@ -3,9 +3,12 @@
 One request names at most one of: response_format (json_schema, json_object),
 vLLM's guided_json, guided_regex, guided_choice, guided_grammar (EBNF), or
 structured_outputs (json, json_object, regex, choice, grammar). Compiling runs
-off the event loop (grammar/compile.py's pool, cached by text); a grammar that
-xgrammar cannot compile, a server without xgrammar, and a grammar sent with a
-forced tool call are each a 400 before any token.
+in the grammar compiler's worker processes (grammar/compile.py, cached by text),
+never on the event loop; a client that leaves while its grammar compiles
+withdraws from that compile. A grammar that xgrammar cannot compile, one that
+takes longer than the compiler's time budget, a server without xgrammar, and a
+grammar sent with a forced tool call are each a 400 before any token; a server
+with too many grammars pending answers 429.
 """
 
 from __future__ import annotations
@@ -14,13 +17,15 @@ import asyncio
 import dataclasses
 from typing import Any
 
+from ..config import Limits
 from ..engine.constraints import ThinkingBudget, ToolForce
 from ..engine.types import Request
-from ..grammar import GrammarError, GrammarSpec, GrammarUnavailable
+from ..grammar import GrammarBusy, GrammarError, GrammarSpec, GrammarTimeout, GrammarUnavailable
 from . import errors
+from .limits import check_grammar
 from .tool_force import forces_call, offered
 from .tool_prompt import ToolFormat
-from .tool_strict import forced_call_ebnf
+from .tool_strict import forced_call_spec
 
 STRUCTURED_KINDS = {"json": "json_schema", "json_object": "json_object", "regex": "regex",
                     "choice": "choice", "grammar": "ebnf"}
@@ -50,11 +55,12 @@ def grammar_request(body: Any) -> tuple[str, Any, str] | None:
     return kind, value, field
 
 
-async def attach_grammar(request: Request, body: Any, engine: Any, fmt: ToolFormat | None = None) -> Request:
-    """`request` with the body's grammar as a constraint (compiled off the event loop):
-    a structured-output field's, or, for a forced call in the Hermes format, the
-    call's (tool_strict.py), which replaces ToolForce.  While the request thinks
-    (`request.think`), the grammar starts after the think end."""
+async def attach_grammar(request: Request, body: Any, engine: Any, limits: Limits,
+                         fmt: ToolFormat | None = None) -> Request:
+    """`request` with the body's grammar as a constraint (compiled off the event loop,
+    within `limits`): a structured-output field's, or, for a forced call in the Hermes
+    format, the call's (tool_strict.py), which replaces ToolForce.  While the request
+    thinks (`request.think`), the grammar starts after the think end."""
     asked = grammar_request(body)
     forced = fmt is not None and forces_call(body)
     if asked is not None and forced:
@@ -63,17 +69,24 @@ async def attach_grammar(request: Request, body: Any, engine: Any, fmt: ToolForm
     if asked is None and not forced:
         return request
     kind, value, field = asked or ("ebnf", None, "tools")
+    if asked is not None:
+        check_grammar(field, value, limits)
     try:
-        if asked is None:
-            value = forced_call_ebnf(body, offered(body), fmt)
-            if value is None:
-                return request
-        spec = GrammarSpec.of(kind, value)
-        compiler = engine.grammar_compiler()
-        await asyncio.wrap_future(compiler.compile_async(spec))
-        constraint = compiler.constraint(spec, request.think)   # a cache hit now
+        spec = GrammarSpec.of(kind, value) if asked is not None else forced_call_spec(body, offered(body), fmt)
+        if spec is None:
+            return request
+        compiler = await asyncio.to_thread(engine.grammar_compiler, limits.grammar_seconds)
+        # cancelling this task (the client left) cancels the future: this request leaves the compile
+        compiled = await asyncio.wrap_future(compiler.compile_async(spec))
+        constraint = compiler.constraint_for(compiled, request.think)
     except GrammarUnavailable as exc:
         raise errors.invalid(str(exc), param=field) from exc
+    except GrammarBusy as exc:
+        raise errors.busy(f"The server is busy compiling grammars ({exc}); retry the request shortly",
+                          param=field) from exc
+    except GrammarTimeout as exc:
+        raise errors.invalid(f"Invalid '{field}': {exc}; send a smaller or simpler grammar",
+                             param=field) from exc
     except GrammarError as exc:
         raise errors.invalid(f"Invalid '{field}': the grammar does not compile: {exc.reason or exc}",
                              param=field) from exc

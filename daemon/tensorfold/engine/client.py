@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ class EngineClient:
         self.kv_plan = plan
         self.lanes = lanes
         self._grammar: Any = None
+        self._grammar_lock = threading.Lock()
         self.drafter = self._drafter(config, plan) if config.draft_model else NgramDrafter()
         self.engine = Engine(self.runner, self.tokenizer, EngineLimits(
             lanes=lanes, num_blocks=plan.num_blocks, block_size=plan.block_size,
@@ -85,19 +87,34 @@ class EngineClient:
         log.info("drafting with %s", folder.name)
         return DraftModelDrafter(runner, plan.num_blocks, plan.block_size, config.prefill_chunk)
 
-    def grammar_compiler(self) -> Any:
-        """The grammar compiler for this tokenizer (built on first use; needs xgrammar)."""
-        if self._grammar is None:
-            from ..grammar import GrammarCompiler
+    def grammar_compiler(self, timeout: float | None = None) -> Any:
+        """The grammar compiler for this tokenizer (built on first use, which takes a
+        moment: call it off the event loop; needs xgrammar); `timeout`: seconds one
+        compile may take, when given."""
+        with self._grammar_lock:
+            if self._grammar is None:
+                from ..grammar import GrammarCompiler
 
-            self._grammar = GrammarCompiler(self.tokenizer, vocab_size=self.runner.vocab_size)
-        return self._grammar
+                self._grammar = GrammarCompiler(self.tokenizer, vocab_size=self.runner.vocab_size)
+            if timeout is not None:
+                self._grammar.timeout = timeout
+            return self._grammar
 
     def start(self) -> None:
         self.engine.start()
 
     def stop(self) -> None:
         self.engine.stop()
+        if self._grammar is not None:
+            self._grammar.close()
+            self._grammar.join()
+
+    def end_all(self, message: str) -> None:
+        """Fail every request in flight, and every later one, with `message`, and stop the
+        grammar compiles (shutdown); returns at once."""
+        self.engine.end_all(message)
+        if self._grammar is not None:
+            self._grammar.close()
 
     def health(self) -> dict[str, int | float | bool | str]:
         return {**self.engine.counters.snapshot(), "drafter": self.drafter.name,

@@ -62,6 +62,7 @@ class Engine:
         self._inbox: queue.SimpleQueue[Sequence | Callable[[], None] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="tensorfold-engine", daemon=True)
         self._stopping = False
+        self._refusal: str | None = None    # set by end_all: every request fails with it
 
     # -- called from other threads -------------------------------------------------
     def start(self) -> None:
@@ -81,6 +82,15 @@ class Engine:
     def abort(self, seq: Sequence) -> None:
         seq.aborted = True
         self._inbox.put(None)        # wake the loop if it is idle
+
+    def end_all(self, message: str) -> None:
+        """Fail every request, running, waiting or submitted later, with `message`
+        (the server is shutting down); returns at once."""
+        def fail_all() -> None:
+            self._refusal = message
+            for seq in [*self.scheduler.running, *self.scheduler.waiting]:
+                self._fail(seq, message)
+        self._inbox.put(fail_all)
 
     def call(self, fn: Callable[[], None]) -> None:
         """Run `fn` on the engine thread between rounds (maintenance, tests)."""
@@ -110,7 +120,9 @@ class Engine:
         try:
             item = self._inbox.get(block=block)
             while True:
-                if isinstance(item, Sequence):
+                if isinstance(item, Sequence) and self._refusal is not None:
+                    self._fail(item, self._refusal)
+                elif isinstance(item, Sequence):
                     self.scheduler.add(item)
                     self.counters.requests_total += 1
                 elif item is not None:

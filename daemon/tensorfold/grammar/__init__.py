@@ -1,21 +1,25 @@
-"""Structured outputs: xgrammar compile cache (compile.py) + per-request matcher adapter (constraint.py).
+"""Structured outputs: specs (spec.py), compiles in worker processes (compile.py, worker.py)
+and the per-request matcher adapter (constraint.py).
 
 xgrammar is optional (pip install 'tensorfold[grammar]'); it is imported only
 when a compiler or constraint is built, so importing this package never needs
 it. Without it, building one raises GrammarUnavailable with the install command.
 """
 
-from .compile import KINDS, MAX_BLANKS, GrammarCompiler, GrammarSpec, choice_ebnf
-from .errors import INSTALL_HINT, GrammarError, GrammarUnavailable, available
+from .compile import GrammarCompiler
+from .errors import INSTALL_HINT, GrammarBusy, GrammarError, GrammarTimeout, GrammarUnavailable, available
+from .spec import KINDS, MAX_BLANKS, GrammarSpec, choice_ebnf
 
 __all__ = [
     "INSTALL_HINT",
     "KINDS",
     "MAX_BLANKS",
+    "GrammarBusy",
     "GrammarCompiler",
     "GrammarConstraint",
     "GrammarError",
     "GrammarSpec",
+    "GrammarTimeout",
     "GrammarUnavailable",
     "available",
     "choice_ebnf",

@@ -1,140 +1,90 @@
-"""Compile structured-output specs with xgrammar, once per (kind, text), off the engine thread.
+"""Compile structured-output specs with xgrammar, once per (kind, text), in worker processes.
 
-One `GrammarCompiler` per tokenizer (and model vocabulary width). A spec is a
-`GrammarSpec(kind, text)` whose text is canonical, so equal requests share one
-compiled grammar from a bounded LRU cache. `compile_async` compiles on a small
-thread pool (xgrammar releases the GIL while it works), so a new grammar never
-holds up other requests' rounds; concurrent requests for the same spec share
-one compilation.
+One `GrammarCompiler` per tokenizer (and model vocabulary width). Specs
+(spec.py) have canonical text, so equal requests share one compiled grammar
+from an LRU cache bounded by count (`cache_size`) and bytes (`cache_bytes`).
 
-JSON grammars (json_schema, json_object) allow any JSON whitespace between
-two JSON tokens but at most `MAX_BLANKS` (32) blank characters in a row
-(xgrammar's `max_whitespace_cnt`): pretty-printing fits, a run of blank lines
-does not. The value itself has no leading or trailing blanks.
+Compiles run in `threads` worker processes (worker.py), each fed by its own
+daemon thread here (a slot) and started on a slot's first compile, then kept.
+The server never compiles in its own process, so a grammar can be stopped:
+- a compile past `timeout` seconds is killed and fails with GrammarTimeout;
+- equal specs share one compilation, but each `compile_async` call gets its
+  own future: cancelling it means that caller left (the API's request task was
+  cancelled because its client went away). When every caller of a spec has
+  left, its compile is dropped if still queued, or its worker killed if running;
+- at most `max_pending` distinct specs queue or run; one more fails at once
+  with GrammarBusy (the API answers 429);
+- a worker that took over `recycle_after` (1 s) on a spec is killed afterwards,
+  which gives the memory that compile used back to the system, and a worker
+  idle for IDLE_SECONDS is stopped (one holds about 180 MB: xgrammar imports torch);
+- `close()` kills every worker and fails whatever is pending, at once; `join()`
+  then waits for the slot threads, so none is inside xgrammar when the
+  interpreter exits (that aborts the process).
+A worker killed for any reason is started again for the slot's next compile.
+Starting one takes a few seconds, not counted in `timeout`.
+
+A spec the worker compiled within worker.LOCAL_SECONDS is compiled again here,
+on the slot's thread (xgrammar releases the GIL), since moving a compiled
+grammar between processes costs several times its compile; a slower one is
+sent over, serialized. Either way the worker has shown it compiles in time.
 """
 
 from __future__ import annotations
 
 import inspect
-import json
+import os
+import select
+import subprocess
+import sys
 import threading
-from collections import OrderedDict
-from collections.abc import Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+import time
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
-from .errors import GrammarError, GrammarUnavailable, clean_reason, load_xgrammar
+from .errors import GrammarBusy, GrammarError, GrammarTimeout, GrammarUnavailable, clean_reason, load_xgrammar
+from .build import build
+from .pipe import read_message, write_message
+from .spec import KINDS, MAX_BLANKS, GrammarSpec, choice_ebnf
 
-MAX_BLANKS = 32                      # blank characters allowed between two JSON tokens
+__all__ = ["KINDS", "MAX_BLANKS", "GrammarCompiler", "GrammarSpec", "choice_ebnf"]
 
-KINDS = ("json_schema", "json_object", "regex", "choice", "ebnf")
-ALIASES = {"json": "json_schema", "grammar": "ebnf", "guided_json": "json_schema",
-           "guided_regex": "regex", "guided_choice": "choice", "guided_grammar": "ebnf"}
-_LABELS = {"json_schema": "invalid JSON schema", "json_object": "JSON object grammar",
-           "regex": "invalid regex", "choice": "invalid choice", "ebnf": "invalid grammar"}
-
-
-@dataclass(frozen=True, slots=True)
-class GrammarSpec:
-    """What a reply must match: `kind` (one of KINDS) and its canonical `text` (the cache key)."""
-
-    kind: str
-    text: str = ""
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.kind, self.text)
-
-    @classmethod
-    def of(cls, kind: str, value: Any = None) -> GrammarSpec:
-        """Build a spec from a request field's value, canonicalising it.
-
-        json_schema: a dict/bool or a JSON string (property order is kept);
-        json_object: no value; regex / ebnf: a string; choice: a list of strings.
-        Raises GrammarError for a malformed value.
-        """
-        kind = ALIASES.get(kind, kind)
-        if kind == "json_schema":
-            return cls(kind, _canonical_schema(value))
-        if kind == "json_object":
-            return cls(kind, "")
-        if kind in ("regex", "ebnf"):
-            if not isinstance(value, str) or not value.strip():
-                raise GrammarError(f"{_LABELS[kind]}: expected a non-empty string")
-            return cls(kind, value)
-        if kind == "choice":
-            return cls(kind, json.dumps(_choices(value), ensure_ascii=False))
-        raise GrammarError(f"unknown grammar kind {kind!r}; expected one of {', '.join(KINDS)}")
-
-    @classmethod
-    def json_schema(cls, schema: str | dict[str, Any] | bool) -> GrammarSpec:
-        return cls.of("json_schema", schema)
-
-    @classmethod
-    def json_object(cls) -> GrammarSpec:
-        return cls.of("json_object")
-
-    @classmethod
-    def regex(cls, pattern: str) -> GrammarSpec:
-        return cls.of("regex", pattern)
-
-    @classmethod
-    def choice(cls, choices: Iterable[str]) -> GrammarSpec:
-        return cls.of("choice", list(choices) if not isinstance(choices, str) else choices)
-
-    @classmethod
-    def ebnf(cls, grammar: str) -> GrammarSpec:
-        return cls.of("ebnf", grammar)
+RECYCLE_AFTER = 1.0           # seconds: a worker that took this long on a spec is replaced afterwards
+IDLE_SECONDS = 60.0           # a worker without a compile for this long is stopped
+START_TIMEOUT = 120.0         # seconds for a new worker to import xgrammar and load the tokenizer
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _canonical_schema(value: Any) -> str:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError as exc:
-            raise GrammarError(f"invalid JSON schema: not valid JSON: {exc}", str(exc)) from exc
-    if not isinstance(value, (dict, bool)):
-        raise GrammarError("invalid JSON schema: a schema must be a JSON object")
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise GrammarError(f"invalid JSON schema: {exc}", str(exc)) from exc
+class _Job:
+    """One spec being compiled (or queued) and the futures of the callers waiting for it."""
 
+    __slots__ = ("spec", "waiters", "proc", "killed")
 
-def _choices(value: Any) -> list[str]:
-    if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise GrammarError("invalid choice: expected a list of strings")
-    if not value:
-        raise GrammarError("invalid choice: the list is empty")
-    for c in value:
-        if not isinstance(c, str):
-            raise GrammarError(f"invalid choice: {c!r} is not a string")
-        try:
-            c.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise GrammarError(f"invalid choice: {exc}", str(exc)) from exc
-    return list(value)
-
-
-def choice_ebnf(choices: Sequence[str]) -> str:
-    """An EBNF grammar matching exactly one of `choices` (JSON escapes are GBNF escapes)."""
-    return "root ::= " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
+    def __init__(self, spec: GrammarSpec) -> None:
+        self.spec = spec
+        self.waiters: list[Future[Any]] = []
+        self.proc: subprocess.Popen[bytes] | None = None      # the worker running it, once sent
+        self.killed = False                                     # its waiters left and killed that worker
 
 
 class GrammarCompiler:
-    """xgrammar's compiler for one tokenizer, with a (kind, text) -> CompiledGrammar LRU cache.
+    """xgrammar compiles for one tokenizer, in killable worker processes, with an LRU cache.
 
     `tokenizer` is a transformers tokenizer, or tensorfold's `Tokenizer` (its
     `.hf` and `.eos_token_ids` are used). `vocab_size` is the width of the
     model's logits, which may exceed len(tokenizer): ids past the tokenizer are
     never allowed. `stop_token_ids` are the end tokens a grammar allows once
-    its value is complete (default: the tokenizer's end tokens).
+    its value is complete (default: the tokenizer's end tokens). `threads`:
+    worker processes (slots); `timeout`: seconds one compile may take;
+    `max_pending`: distinct specs queued or compiling at most; `cache_size`,
+    `cache_bytes`: bounds of the cache of compiled grammars.
     """
 
     def __init__(self, tokenizer: Any, vocab_size: int | None = None, *,
                  stop_token_ids: Iterable[int] | None = None, threads: int = 2,
-                 cache_size: int = 128) -> None:
+                 cache_size: int = 128, cache_bytes: int = 256 << 20, timeout: float = 20.0,
+                 max_pending: int = 16) -> None:
         xg = load_xgrammar()
         if "max_whitespace_cnt" not in inspect.signature(xg.GrammarCompiler.compile_json_schema).parameters:
             raise GrammarUnavailable("the installed xgrammar is too old (no max_whitespace_cnt); "
@@ -150,108 +100,279 @@ class GrammarCompiler:
         try:
             self.tokenizer_info = xg.TokenizerInfo.from_huggingface(
                 hf, vocab_size=vocab_size or len(hf), stop_token_ids=stops or None)
-            self._xgc = xg.GrammarCompiler(self.tokenizer_info, max_threads=max(1, threads),
-                                           cache_enabled=False)
         except Exception as exc:
             raise GrammarError(f"cannot prepare grammars for this tokenizer: {clean_reason(exc)}",
                                clean_reason(exc)) from exc
         self.vocab_size: int = int(self.tokenizer_info.vocab_size)
         self.stop_token_ids: tuple[int, ...] = tuple(self.tokenizer_info.stop_token_ids)
         self.cache_size = cache_size
-        self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="tensorfold-grammar")
+        self.cache_bytes = cache_bytes
+        self.timeout = timeout
+        self.max_pending = max_pending
+        self.recycle_after = RECYCLE_AFTER
+        self._info_json: str | None = None              # the tokenizer info each worker gets
         self._lock = threading.Lock()
-        self._cache: OrderedDict[tuple[str, str], Any] = OrderedDict()
-        self._pending: dict[tuple[str, str], Future[Any]] = {}
+        self._work = threading.Condition(self._lock)    # a job was queued, or close()
+        self._cache: OrderedDict[tuple[str, str], tuple[Any, int]] = OrderedDict()
+        self._cache_used = 0                            # bytes
+        self._jobs: dict[tuple[str, str], _Job] = {}    # queued or running, by spec
+        self._queue: deque[_Job] = deque()
+        self._closed = False
+        self._local: Any = None                         # xgrammar's compiler here, for fast specs
+        self._procs: list[subprocess.Popen[bytes] | None] = [None] * max(1, threads)
+        self._busy: set[int] = set()                    # slots running a job
+        self._slots = [threading.Thread(target=self._serve, args=(slot,), name=f"tensorfold-grammar-{slot}",
+                                        daemon=True) for slot in range(len(self._procs))]
+        for thread in self._slots:
+            thread.start()
 
     # -- public ------------------------------------------------------------------------
     def compile(self, spec: GrammarSpec) -> Any:
-        """The compiled grammar for `spec` (an xgrammar CompiledGrammar), compiled here if new.
+        """The compiled grammar for `spec` (an xgrammar CompiledGrammar), waiting for its compile.
 
-        Raises GrammarError with xgrammar's reason when it cannot compile.
+        Raises GrammarError with xgrammar's reason when it cannot compile
+        (GrammarTimeout past the time budget, GrammarBusy when too many are pending).
         """
-        with self._lock:
-            hit = self._hit(spec.key)
-            pending = self._pending.get(spec.key) if hit is None else None
-        if hit is not None:
-            return hit
-        if pending is not None:
-            return pending.result()
-        return self._store(spec.key, self._build(spec))
+        return self.compile_async(spec).result()
 
     def compile_async(self, spec: GrammarSpec) -> Future[Any]:
-        """A future of `compile(spec)`, compiled on the grammar thread pool (done at once on a hit)."""
+        """A future of the compiled grammar for `spec` (done at once on a cache hit).
+
+        Each call gets its own future; cancelling it says this caller no longer
+        waits. Raises GrammarBusy at once when `max_pending` other specs are pending.
+        """
+        fut: Future[Any] = Future()
         with self._lock:
+            if self._closed:
+                raise GrammarError("the grammar compiler is closed")
             hit = self._hit(spec.key)
             if hit is not None:
-                done: Future[Any] = Future()
-                done.set_result(hit)
-                return done
-            fut = self._pending.get(spec.key)
-            if fut is None:
-                # registered under the lock, so the worker's clean-up cannot run before it
-                fut = self._pool.submit(self._compile_pending, spec)
-                self._pending[spec.key] = fut
-            return fut
+                fut.set_result(hit)
+                return fut
+            job = self._jobs.get(spec.key)
+            if job is None:
+                if len(self._jobs) >= self.max_pending:
+                    raise GrammarBusy(f"{len(self._jobs)} grammars are already compiling or queued")
+                job = self._jobs[spec.key] = _Job(spec)
+                self._queue.append(job)
+                self._work.notify_all()
+            job.waiters.append(fut)
+        fut.add_done_callback(lambda f: self._leave(job) if f.cancelled() else None)
+        return fut
 
     def constraint(self, spec: GrammarSpec, think: Any = None) -> Any:
-        """A GrammarConstraint for one request (compiles synchronously if needed).
+        """A GrammarConstraint for one request (waits for the compile if needed): see constraint_for."""
+        return self.constraint_for(self.compile(spec), think)
+
+    def constraint_for(self, compiled: Any, think: Any = None) -> Any:
+        """A GrammarConstraint for one request from its compiled grammar.
         `think` (engine.types.Think, when the request thinks): the grammar starts
         after the think end, whether the prompt opened the block or the reply
         opens it (a one-token opener) with its first token."""
         from .constraint import GrammarConstraint
 
         if think is None or not (think.inside or think.reply_opener is not None):
-            return GrammarConstraint(self.compile(spec))
-        return GrammarConstraint(self.compile(spec), start_after=think.close, may_open=think.reply_opener)
+            return GrammarConstraint(compiled)
+        return GrammarConstraint(compiled, start_after=think.close, may_open=think.reply_opener)
 
     def cached(self, spec: GrammarSpec) -> bool:
         with self._lock:
             return spec.key in self._cache
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+    def worker_pids(self) -> list[int]:
+        """The process ids of the workers started now (some may have just been killed)."""
+        with self._lock:
+            return [p.pid for p in self._procs if p is not None]
 
-    # -- internals -----------------------------------------------------------------------
+    def close(self) -> None:
+        """Kill every worker and fail every pending compile with GrammarError; returns at once."""
+        with self._lock:
+            self._closed = True
+            jobs = list(self._jobs.values())
+            self._jobs.clear()
+            self._queue.clear()
+            procs = [p for p in self._procs if p is not None]
+            self._work.notify_all()
+        for proc in procs:
+            proc.kill()
+        closed = GrammarError("the grammar compiler was closed")
+        for job in jobs:
+            _deliver(job, closed)
+        for proc in procs:                     # SIGKILL is immediate: reap them, so none is left
+            try:
+                proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def join(self, timeout: float = 10.0) -> None:
+        """After close(): wait (at most `timeout` s) for the slot threads to end."""
+        deadline = time.monotonic() + timeout
+        for thread in self._slots:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    # -- the cache -------------------------------------------------------------------------
     def _hit(self, key: tuple[str, str]) -> Any:
         hit = self._cache.get(key)
-        if hit is not None:
-            self._cache.move_to_end(key)
-        return hit
+        if hit is None:
+            return None
+        self._cache.move_to_end(key)
+        return hit[0]
 
-    def _store(self, key: tuple[str, str], compiled: Any) -> Any:
+    def _store(self, key: tuple[str, str], compiled: Any) -> None:
+        """Cache `compiled` (under the lock), evicting the least recently used past either bound."""
+        size = int(compiled.memory_size_bytes)
+        if size > self.cache_bytes or key in self._cache:
+            return
+        self._cache[key] = (compiled, size)
+        self._cache_used += size
+        while len(self._cache) > self.cache_size or self._cache_used > self.cache_bytes:
+            _, (_, dropped) = self._cache.popitem(last=False)
+            self._cache_used -= dropped
+
+    # -- waiters ---------------------------------------------------------------------------
+    def _leave(self, job: _Job) -> None:
+        """A waiter's future was cancelled: drop the job when no waiter is left."""
         with self._lock:
-            kept = self._cache.setdefault(key, compiled)      # a racing compile keeps the first
-            self._cache.move_to_end(key)
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-            return kept
+            if self._jobs.get(job.spec.key) is not job or not all(f.cancelled() for f in job.waiters):
+                return
+            del self._jobs[job.spec.key]
+            if job in self._queue:
+                self._queue.remove(job)
+            if job.proc is not None:
+                job.proc.kill()                # its slot sees the pipe close, then reaps it
+                job.killed = True
 
-    def _compile_pending(self, spec: GrammarSpec) -> Any:
-        try:
-            return self._store(spec.key, self._build(spec))
-        finally:
+    def _finish(self, job: _Job, outcome: Any) -> None:
+        with self._lock:
+            job.proc = None
+            if self._jobs.get(job.spec.key) is not job:
+                return                         # every waiter left, or close() failed them
+            del self._jobs[job.spec.key]
+            if not isinstance(outcome, BaseException):
+                self._store(job.spec.key, outcome)
+        _deliver(job, outcome)
+
+    # -- slots -----------------------------------------------------------------------------
+    def _take(self, slot: int) -> _Job | None:
+        """The next job for `slot`, waiting for one; None once closed. A slot without a
+        worker leaves a job to an idle slot that has one (starting a worker takes
+        seconds); a worker idle for IDLE_SECONDS is stopped."""
+        with self._lock:
+            while not self._closed:
+                warm = self._procs[slot] is not None
+                if self._queue and (warm or not any(
+                        p is not None and s not in self._busy for s, p in enumerate(self._procs))):
+                    self._busy.add(slot)
+                    return self._queue.popleft()
+                if not self._work.wait(IDLE_SECONDS) and warm and not self._queue:
+                    self._lock.release()       # _kill takes the lock
+                    try:
+                        self._kill(slot)
+                    finally:
+                        self._lock.acquire()
+            return None
+
+    def _serve(self, slot: int) -> None:
+        """A slot's thread: run queued jobs on the slot's worker, one at a time."""
+        while (job := self._take(slot)) is not None:
+            try:
+                outcome: Any = self._run(slot, job)
+            except GrammarError as exc:
+                outcome = exc
+            except Exception as exc:           # a bug here must not leave the waiters hanging
+                self._kill(slot)
+                outcome = GrammarError(f"grammar compile failed: {clean_reason(exc)}", clean_reason(exc))
+            self._finish(job, outcome)
+            if job.killed:                     # even if the answer came first: that worker is dying
+                self._kill(slot)
             with self._lock:
-                self._pending.pop(spec.key, None)
+                self._busy.discard(slot)
+                self._work.notify_all()        # a job left to this slot may be waiting
+        self._kill(slot)
 
-    def _build(self, spec: GrammarSpec) -> Any:
-        xgc, kind, text = self._xgc, spec.kind, spec.text
+    def _run(self, slot: int, job: _Job) -> Any:
+        """Compile `job` on the slot's worker: the compiled grammar, or None when dropped."""
+        proc = self._worker(slot)
+        with self._lock:
+            if self._jobs.get(job.spec.key) is not job:
+                return None                    # every waiter left while it was queued
+            job.proc = proc
+        sent = time.monotonic()
         try:
-            if kind == "json_schema":
-                return xgc.compile_json_schema(text, any_whitespace=True, max_whitespace_cnt=MAX_BLANKS)
-            if kind == "json_object":
-                return xgc.compile_json_schema('{"type":"object"}', any_whitespace=True, strict_mode=False,
-                                               max_whitespace_cnt=MAX_BLANKS)
-            if kind == "regex":
-                return xgc.compile_regex(text)
-            if kind == "choice":
-                return xgc.compile_grammar(choice_ebnf(json.loads(text)))
-            if kind == "ebnf":
-                if "::=" not in text and hasattr(xgc, "compile_lark"):
-                    return xgc.compile_lark(text)          # vLLM also takes Lark grammars
-                return xgc.compile_grammar(text)
-        except GrammarError:
-            raise
-        except Exception as exc:
-            reason = clean_reason(exc)
-            raise GrammarError(f"{_LABELS.get(kind, 'invalid grammar')}: {reason}", reason) from exc
-        raise GrammarError(f"unknown grammar kind {kind!r}")
+            write_message(proc.stdin, job.spec.key)
+            answered = select.select([proc.stdout], [], [], self.timeout)[0]
+            reply = read_message(proc.stdout) if answered else None
+        except (OSError, EOFError, ValueError) as exc:      # killed (left, closed) or crashed
+            self._kill(slot)
+            raise GrammarError("the grammar compiler process ended while compiling "
+                               "(out of memory?)") from exc
+        if reply is None:
+            self._kill(slot)
+            raise GrammarTimeout(self.timeout)
+        if time.monotonic() - sent > self.recycle_after:
+            self._kill(slot)                   # give the memory that compile took back
+        if reply[0] == "error":
+            raise GrammarError(reply[1], reply[2])
+        if reply[0] == "fast":
+            return build(self._local_compiler(), *job.spec.key)
+        return load_xgrammar().CompiledGrammar.deserialize_json(reply[1], self.tokenizer_info)
+
+    def _local_compiler(self) -> Any:
+        with self._lock:
+            if self._local is None:
+                self._local = load_xgrammar().GrammarCompiler(self.tokenizer_info, max_threads=1,
+                                                              cache_enabled=False)
+            return self._local
+
+    def _worker(self, slot: int) -> subprocess.Popen[bytes]:
+        """The slot's worker, started (and handed the tokenizer) if it is not running."""
+        proc = self._procs[slot]
+        if proc is not None and proc.poll() is None:
+            return proc
+        self._kill(slot)
+        if self._info_json is None:
+            self._info_json = self.tokenizer_info.serialize_json()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+        proc = subprocess.Popen([sys.executable, "-m", "tensorfold.grammar.worker"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        with self._lock:
+            self._procs[slot] = proc
+            closed = self._closed
+        try:
+            if closed:
+                raise EOFError("closed")
+            write_message(proc.stdin, self._info_json)
+            if not select.select([proc.stdout], [], [], START_TIMEOUT)[0]:
+                raise EOFError("no answer")
+            if read_message(proc.stdout) != ("ready",):
+                raise EOFError("a wrong answer")
+        except (OSError, EOFError, ValueError) as exc:
+            self._kill(slot)
+            raise GrammarError(f"the grammar compiler process did not start ({exc})") from exc
+        return proc
+
+    def _kill(self, slot: int) -> None:
+        """End the slot's worker (if any) and reap it; the next compile starts a new one."""
+        with self._lock:
+            proc, self._procs[slot] = self._procs[slot], None
+        if proc is None:
+            return
+        proc.kill()
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+
+def _deliver(job: _Job, outcome: Any) -> None:
+    for fut in job.waiters:
+        try:
+            if isinstance(outcome, BaseException):
+                fut.set_exception(outcome)
+            else:
+                fut.set_result(outcome)
+        except InvalidStateError:              # that waiter left (its future was cancelled)
+            pass

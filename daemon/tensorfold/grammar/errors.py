@@ -19,6 +19,18 @@ class GrammarError(ValueError):
         self.reason = reason if reason is not None else message
 
 
+class GrammarTimeout(GrammarError):
+    """A grammar that took longer than the compiler's time budget to compile (HTTP 400)."""
+
+    def __init__(self, seconds: float) -> None:
+        reason = f"it took longer than {seconds:g} s to compile"
+        super().__init__(f"the grammar took longer than {seconds:g} s to compile", reason)
+
+
+class GrammarBusy(GrammarError):
+    """Too many distinct grammars are compiling or waiting to compile (HTTP 429: retry later)."""
+
+
 class GrammarUnavailable(GrammarError):
     """xgrammar is not installed on the server (HTTP 400, with the install command)."""
 

@@ -1,0 +1,30 @@
+"""Messages between the grammar compiler and its workers: each pickled, after its 8-byte length.
+
+The protocol itself (who sends what, when) is in worker.py's docstring.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from typing import IO, Any
+
+_HEADER = struct.Struct(">Q")
+
+
+def write_message(stream: IO[bytes], message: Any) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def read_message(stream: IO[bytes]) -> Any:
+    """The next message; EOFError when the other side closed its end."""
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        raise EOFError("the pipe closed")
+    size, = _HEADER.unpack(header)
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError("the pipe closed in the middle of a message")
+    return pickle.loads(data)
