@@ -269,3 +269,48 @@ def test_large_body_is_parsed_off_the_loop_with_the_same_answers(http, monkeypat
     bad = http.post(CHAT, content=('{"messages": [{"role": "user", "content": "hi"}], "user": "%s", '
                                    '"temperature": NaN}' % pad).encode(), headers={"content-type": "application/json"})
     assert_envelope(bad, 400, param="temperature")
+
+
+# -- found by the fuzzer (tests/api/test_api_fuzz.py): each was a 500 -----------------------------
+
+def test_a_template_kwarg_named_like_a_parameter_is_a_400(http):
+    for key in ("self", "documents", "sanitize_control_tokens"):
+        assert_envelope(http.post(CHAT, json=chat(chat_template_kwargs={key: 1})), 400,
+                        param=f"chat_template_kwargs.{key}")
+
+
+def test_deep_json_inside_strings_is_not_a_500(http):
+    deep_args = '{"a":' * 500 + "1" + "}" * 500
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": deep_args}}
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    for args in (deep_args, "[" * 1000 + "]" * 1000):
+        call["function"]["arguments"] = args
+        r = http.post(CHAT, json=chat(messages=messages, max_tokens=2))     # the text reaches the template
+        assert r.status_code == 200 or r.json()["error"]["code"] == "context_length_exceeded", r.text
+    r = http.post(CHAT, json=chat(guided_json="[" * 1000 + "]" * 1000))
+    assert r.status_code == 400 and "nested too deep" in r.json()["error"]["message"]
+
+
+def test_a_temperature_beyond_a_float_is_a_400(http):
+    body = b'{"messages": [{"role": "user", "content": "hi"}], "temperature": 1' + b"0" * 400 + b"}"
+    assert_envelope(http.post(CHAT, content=body, headers={"Content-Type": "application/json"}), 400,
+                    param="temperature")
+
+
+def test_surrogates_written_as_utf8_bytes_are_a_400(http):
+    for body in (b'{"messages": [{"role": "user", "content": "\xed\xa0\x80"}]}',
+                 b'{"prompt": "x", "metadata": {"\xed\xa0\x80": 1}}'):
+        error = assert_envelope(http.post(COMPLETIONS, content=body, headers={"Content-Type": "application/json"}),
+                                400)
+        assert "UTF-8" in error["message"]
+
+
+def test_a_limit_of_thousands_of_digits_is_a_400(http):
+    assert_envelope(http.get("/v1/responses", params={"limit": "0" * 5000 + "1"}), 400, param="limit")
+
+
+def test_a_body_over_the_limit_closes_the_connection(http):
+    r = http.post(CHAT, content=b"{" + b" " * (300 * 1024) + b"}", headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and r.headers["connection"] == "close"
+    assert http.get("/v1/models").status_code == 200

@@ -9,7 +9,9 @@ error handlers that turn every failure into the OpenAI error envelope.
                                 unknown stored response (code not_found)
     405 invalid_request_error   wrong method (with an Allow header)
     413 invalid_request_error   body over config.limits.body_bytes (--limit body_bytes=N)
+    429 rate_limit_error        too many grammars compiling or queued (code grammar_busy)
     500 server_error            generation failed, or a bug
+    503 server_error            the server is shutting down (lifecycle.py)
 
 Every request leaves one line on the serve log (access_log.py).
 """
@@ -101,6 +103,8 @@ async def _http_error(exc: HTTPException) -> Response:
         message = exc.description or exc.name
     kind = errors.SERVER_ERROR if status >= 500 else errors.INVALID_REQUEST
     headers = {k: v for k, v in exc.get_headers() if k.lower() != "content-type"}
+    if status == 413:          # refused before the body was read: the connection cannot carry another request
+        headers["Connection"] = "close"
     return json_response(errors.envelope(message, kind, None, _HTTP_CODES.get(status)), status, headers)
 
 

@@ -32,10 +32,10 @@ from .schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
 
 # Keys of chat_template_kwargs that would collide with render_chat's own
 # arguments or change what apply_chat_template returns.
-RESERVED_TEMPLATE_KWARGS = (
-    "messages", "conversation", "tools", "add_generation_prompt", "continue_final_message",
-    "tokenize", "return_dict", "return_tensors", "return_assistant_tokens_mask", "padding",
-    "truncation", "max_length", "tokenizer_kwargs", "chat_template",
+RESERVED_TEMPLATE_KWARGS = (      # the parameters of render_chat and of transformers' apply_chat_template
+    "self", "messages", "conversation", "tools", "documents", "add_generation_prompt", "continue_final_message",
+    "tokenize", "sanitize_control_tokens", "return_dict", "return_tensors", "return_assistant_tokens_mask",
+    "padding", "truncation", "max_length", "tokenizer_kwargs", "chat_template",
 )
 
 

@@ -13,6 +13,7 @@ integral fields accept integral floats (2.0 is 2) and refuse 2.5.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from typing import Annotated, Any, NoReturn
 
@@ -58,6 +59,8 @@ def number(value: Any, *, integral: bool = False) -> int | float:
             if not value.is_integer():
                 fail(f"must be an integer, not {value}")
             return int(value)
+    elif not integral and abs(value) > sys.float_info.max:
+        fail(f"must be a finite number; {len(str(abs(value)))} digits is beyond a float")
     return value
 
 

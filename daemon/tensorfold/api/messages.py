@@ -17,11 +17,11 @@
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import errors
+from .parsing import loads_bounded
 from .schemas import Message, ToolCall
 
 SYSTEM_ROLES = ("system", "developer")
@@ -94,10 +94,10 @@ def _tool_call(tc: ToolCall) -> dict[str, Any]:
     args: Any = tc.function.arguments
     if isinstance(args, str):
         try:
-            parsed = json.loads(args)
+            parsed = loads_bounded(args)
         except ValueError:
             parsed = None
-        if isinstance(parsed, dict):
+        if isinstance(parsed, dict):             # else the template gets the text
             args = parsed
     else:
         args = copy.deepcopy(args)

@@ -79,7 +79,7 @@ def _first_invalid(value: Any, strings: bool, depth: int) -> tuple[tuple[str | i
     return None
 
 
-def _too_deep(value: Any, depth: int) -> bool:
+def too_deep(value: Any, depth: int) -> bool:
     """Whether any value sits more than `depth` arrays and objects deep (a quick walk)."""
     stack = [(value, 0)]
     while stack:
@@ -94,6 +94,18 @@ def _too_deep(value: Any, depth: int) -> bool:
             continue
         stack.extend((x, d + 1) for x in v if isinstance(x, (dict, list)))
     return False
+
+
+def loads_bounded(text: str, depth: int = Limits().depth) -> Any:
+    """JSON text inside a body (tool-call arguments): its value; ValueError when it is not
+    JSON or nests arrays and objects more than `depth` deep."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
+    if too_deep(value, depth):
+        raise ValueError("nested too deep")
+    return value
 
 
 def parse_json_object(data: bytes, depth: int = Limits().depth) -> dict[str, Any]:
@@ -115,14 +127,17 @@ def parse_json_object(data: bytes, depth: int = Limits().depth) -> dict[str, Any
         return value
 
     try:
-        body = json.loads(data, parse_float=number, parse_constant=number)
-    except (ValueError, RecursionError) as exc:   # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        # strict UTF-8 (RFC 8259): json.loads would take UTF-16/32, and UTF-8-encoded surrogates
+        body = json.loads(data.decode("utf-8"), parse_float=number, parse_constant=number)
+    except UnicodeDecodeError as exc:
+        raise errors.invalid(f"The request body is not valid UTF-8: {exc}", code=errors.INVALID_JSON) from None
+    except (ValueError, RecursionError) as exc:   # JSONDecodeError is a ValueError
         raise errors.invalid(f"The request body is not valid JSON: {exc}", code=errors.INVALID_JSON) from None
     if not isinstance(body, dict):
         raise errors.invalid(f"The request body must be a JSON object, not {type(body).__name__}",
                              code=errors.INVALID_JSON)
     strings = _SURROGATE_ESCAPE.search(data) is not None
-    if not (odd or strings or _too_deep(body, depth)):
+    if not (odd or strings or too_deep(body, depth)):
         return body
     bad = _first_invalid(body, strings, depth)
     if bad is not None:

@@ -235,7 +235,8 @@ def _limit() -> int:
     text = request.args.get("limit")
     if text is None:
         return DEFAULT_LIMIT
-    if not text.strip().isascii() or not text.strip().isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 6) or not 1 <= int(digits) <= MAX_LIMIT:
         raise errors.invalid(f"Invalid 'limit': must be an integer from 1 to {MAX_LIMIT}, not {text!r}",
                              param="limit")
     return int(text)

@@ -28,6 +28,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..parsers import parser_for_template
+from .parsing import loads_bounded
 
 CHATML = "<|im_start|>"
 BUILTIN = "hermes"
@@ -74,7 +75,7 @@ def call_block(call: dict[str, Any]) -> str:
     args = fn.get("arguments", {})
     if isinstance(args, str):                 # not a JSON object: kept as the client sent it
         try:
-            args = json.loads(args)
+            args = loads_bounded(args)
         except ValueError:
             pass
     body = json.dumps({"name": fn.get("name", ""), "arguments": args}, ensure_ascii=False)

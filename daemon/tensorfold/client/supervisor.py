@@ -4,8 +4,8 @@ The chosen serve settings live in one arguments file (one argument a line,
 read by `tensorfold serve @FILE`), so a restart, a launchd agent and a systemd
 unit all serve the same model. Without a service manager the daemon runs as a
 background process of the supervisor's own (its own session, output appended
-to the log file, its pid in the pid file); a stop is SIGTERM (Hypercorn's
-graceful shutdown), then SIGKILL after a grace period. With an installed
+to the log file, its pid in the pid file); a stop is SIGTERM (the daemon's
+graceful shutdown, api/lifecycle.py), then SIGKILL after a grace period. With an installed
 launchd agent or systemd unit, the supervisor drives that instead."""
 
 from __future__ import annotations

@@ -93,12 +93,16 @@ def _canonical_schema(value: Any) -> str:
     if isinstance(value, str):
         try:
             value = json.loads(value)
+        except RecursionError:
+            raise GrammarError("invalid JSON schema: nested too deep") from None
         except ValueError as exc:
             raise GrammarError(f"invalid JSON schema: not valid JSON: {exc}", str(exc)) from exc
     if not isinstance(value, (dict, bool)):
         raise GrammarError("invalid JSON schema: a schema must be a JSON object")
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except RecursionError:
+        raise GrammarError("invalid JSON schema: nested too deep") from None
     except (TypeError, ValueError) as exc:
         raise GrammarError(f"invalid JSON schema: {exc}", str(exc)) from exc
 
