@@ -1,4 +1,5 @@
-"""Graceful shutdown: what the server does between SIGTERM (or SIGINT) and its exit.
+"""Graceful shutdown: what the server does between SIGTERM (or SIGINT) and its exit;
+and memory handed back after a large request.
 
 `Drain.begin()` stops the server taking requests (each new one is a 503), ends
 the requests still being prepared (validation, rendering, a grammar compile:
@@ -6,11 +7,18 @@ a 503), tells the engine to fail every reply in flight with SHUTDOWN (a stream
 ends with a server_error event and [DONE]; Responses with response.failed; a
 whole reply is an error), stops the grammar compiles, and waits until every
 stream has sent its last event, at most `grace` seconds. Then the server closes.
+
+A request whose body is LARGE_BODY or more leaves the memory its preparation
+freed (tokenizing 7 MB of text takes about 450 MB) with the C allocator, which
+keeps it; `release_freed_memory` hands it back to the system (glibc's
+malloc_trim; elsewhere nothing).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import functools
 import logging
 import time
@@ -22,6 +30,23 @@ from . import errors
 log = logging.getLogger(__name__)
 
 SHUTDOWN = "the server is shutting down"
+LARGE_BODY = 1 << 20
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):       # not glibc
+        return None
+
+
+def release_freed_memory() -> None:
+    """Give the memory the C allocator holds free back to the system, where it can."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def tracked(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -60,6 +85,8 @@ class Drain:
         it has returned its response."""
         if self.closing:
             raise _shutting_down()
+        from quart import request
+
         task = asyncio.current_task()
         assert task is not None
         self._preparing.add(task)
@@ -72,6 +99,8 @@ class Drain:
             raise _shutting_down() from None
         finally:
             self._preparing.discard(task)
+            if (request.content_length or 0) >= LARGE_BODY:
+                await asyncio.to_thread(release_freed_memory)
 
     async def stream(self, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         """`events`, counted until their last one is sent (or the client leaves)."""
