@@ -85,7 +85,7 @@ class Drain:
         it has returned its response."""
         if self.closing:
             raise _shutting_down()
-        from quart import request
+        from quart import has_request_context, request
 
         task = asyncio.current_task()
         assert task is not None
@@ -99,7 +99,7 @@ class Drain:
             raise _shutting_down() from None
         finally:
             self._preparing.discard(task)
-            if (request.content_length or 0) >= LARGE_BODY:
+            if has_request_context() and (request.content_length or 0) >= LARGE_BODY:
                 await asyncio.to_thread(release_freed_memory)
 
     async def stream(self, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
