@@ -145,7 +145,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _serve(args: argparse.Namespace) -> int:
     from .api.app import create_app
-    from .api.origins import AllowedOrigins
+    from .api.edge.origins import AllowedOrigins
     from .api.server import bind_socket, serve, url_for
     from .checkpoints.resolve import resolve_model
     from .engine.client import EngineClient

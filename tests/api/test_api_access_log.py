@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tensorfold.api import access_log
+from tensorfold.api.edge import access_log
 from tests.api.api_helpers import CHAT, HELLO
 from tests.api.conftest import api_config
 from tests.api.fake_engine import FakeEngine

@@ -260,7 +260,7 @@ def test_long_stop_string_is_a_400(http):
 
 def test_large_body_is_parsed_off_the_loop_with_the_same_answers(http, monkeypatch):
     # past OFF_LOOP_BYTES the body is parsed on a worker thread: the same checks and replies apply
-    from tensorfold.api import parsing
+    from tensorfold.api.request import parsing
 
     monkeypatch.setattr(parsing, "OFF_LOOP_BYTES", 1024)
     pad = "y" * 100_000

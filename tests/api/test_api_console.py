@@ -4,7 +4,7 @@ outside the static folder refused, the 503 when the chart library is not
 built, the Host check (DNS rebinding) and the Origin check (cross-site pages),
 and the API key next to them.
 
-The static folder is a copy with stand-in vendor files (routes_console's
+The static folder is a copy with stand-in vendor files (routes/console.py's
 STATIC_DIR and VENDOR_DIR point at it), so these tests hold without npm."""
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tensorfold.api import guard, routes_console
+from tensorfold.api.edge import guard
+from tensorfold.api.routes import console as console_route
 from tests.api.api_helpers import CHAT, HELLO, assert_envelope
 from tests.api.conftest import API_KEY, api_config
 from tests.api.fake_engine import FakeEngine
@@ -43,8 +44,8 @@ def static(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "secret.txt").write_text(SECRET)
     (root / ".hidden").write_text(SECRET)
     (root / "leak.txt").symlink_to(tmp_path / "secret.txt")
-    monkeypatch.setattr(routes_console, "STATIC_DIR", root)
-    monkeypatch.setattr(routes_console, "VENDOR_DIR", root / "vendor")
+    monkeypatch.setattr(console_route, "STATIC_DIR", root)
+    monkeypatch.setattr(console_route, "VENDOR_DIR", root / "vendor")
     return root
 
 
@@ -131,7 +132,7 @@ def test_paths_outside_the_static_folder_are_refused(fake_server: Served, static
 
 def test_without_the_chart_library_the_console_is_a_503_naming_the_build(
         fake_http: httpx.Client, static: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(routes_console, "VENDOR_DIR", static.parent / "empty-vendor")
+    monkeypatch.setattr(console_route, "VENDOR_DIR", static.parent / "empty-vendor")
     for path in ("/console", "/console/", "/console/console.js", "/console/vendor/uPlot.min.css"):
         r = fake_http.get(path)
         body = assert_envelope(r, 503, type="server_error")

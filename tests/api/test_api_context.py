@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tensorfold.api.convert import fit_reply_limit
+from tensorfold.api.request.build import fit_reply_limit
 from tensorfold.api.errors import APIError
 from tests.api.api_helpers import CHAT, COMPLETIONS, HELLO, assert_envelope
 from tests.api.conftest import api_config

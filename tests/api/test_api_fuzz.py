@@ -11,7 +11,7 @@ Every request, well-formed or not, must get an answer the SPEC allows:
   Responses API a response.completed / response.incomplete / response.failed
   event; never a dropped connection.
 
-Bodies are drawn field by field from schemas.py, responses_schemas.py and
+Bodies are drawn field by field from request/schemas.py, responses/schemas.py and
 fields.py: valid values (so a request reaches generation), wrong types,
 out-of-range and huge numbers, NaN / Infinity / 1e400 written as raw JSON text,
 empty, huge and unicode strings (lone surrogates sent as "\ud800" escapes),

@@ -7,11 +7,11 @@ import copy
 
 import pytest
 
-from tensorfold.api.convert import render_prompt
+from tensorfold.api.request.build import render_prompt
 from tensorfold.api.errors import APIError
-from tensorfold.api.messages import demote_later_system, merge_leading_system, template_messages
-from tensorfold.api.parsing import validate
-from tensorfold.api.schemas import ChatCompletionRequest
+from tensorfold.api.request.messages import demote_later_system, merge_leading_system, template_messages
+from tensorfold.api.request.parsing import validate
+from tensorfold.api.request.schemas import ChatCompletionRequest
 from tests.api.fake_engine import FakeTokenizer
 
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 import tensorfold
-from tensorfold.api import metrics
+from tensorfold.api.reply import metrics
 from tests.api.api_helpers import (CHAT, COMPLETIONS, HELLO, MetricFamily, assert_envelope, parse_prometheus,
                                   sse_events)
 from tests.api.conftest import API_KEY

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from tensorfold.api.app import create_app
-from tensorfold.api.origins import AllowedOrigins, normalize_origin
+from tensorfold.api.edge.origins import AllowedOrigins, normalize_origin
 from tensorfold.cli import main as cli_main
 from tests.api.api_helpers import CHAT, HELLO, assert_envelope
 from tests.api.conftest import API_KEY, api_config

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tensorfold.api.priority import WINDOW, is_title_prompt, is_title_request, request_priority
+from tensorfold.api.request.priority import WINDOW, is_title_prompt, is_title_request, request_priority
 from tensorfold.engine.types import Priority
 from tests.api.api_helpers import CHAT, COMPLETIONS
 

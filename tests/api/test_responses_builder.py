@@ -13,9 +13,9 @@ from openai import omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response
 
-from tensorfold.api.responses_builder import EventLog, OutputBuilder, PlainText, chat_delta_events
-from tensorfold.api.responses_items import items_to_messages
-from tensorfold.api.responses_objects import ResponseHead, response_json
+from tensorfold.api.responses.builder import EventLog, OutputBuilder, PlainText, chat_delta_events
+from tensorfold.api.responses.items import items_to_messages
+from tensorfold.api.responses.objects import ResponseHead, response_json
 from tensorfold.engine.types import Finish, FinishReason, Stats, Usage
 from tensorfold.parsers import build_reply_parser
 from tensorfold.parsers.types import ContentDelta, ReasoningDelta, ToolCallArgsDelta, ToolCallEnd, ToolCallStart

@@ -62,7 +62,7 @@ def test_tool_choice_required_opens_a_call(default_server):
         assert message.content.startswith('<tool_call>\n{"name": "get_weather"')
 
 
-# Tools on the default model without --tool-parser: the built-in Hermes tool prompt (api/tool_prompt.py).
+# Tools on the default model without --tool-parser: the built-in Hermes tool prompt (api/request/tool_prompt.py).
 # The replies below are the 135M model's greedy ones; a forced call's name is held by the server, its
 # arguments are the model's own.
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city",

@@ -15,7 +15,7 @@ import torch
 
 xg = pytest.importorskip("xgrammar")
 
-from tensorfold.api.tool_prompt import CALL_CLOSE, CALL_OPEN
+from tensorfold.api.request.tool_prompt import CALL_CLOSE, CALL_OPEN
 from tensorfold.grammar import GrammarBusy, GrammarCompiler, GrammarError, GrammarSpec, GrammarTimeout
 from tensorfold.grammar.constraint import GrammarConstraint
 from tensorfold.grammar.pipe import read_message, write_message
@@ -247,7 +247,7 @@ def test_the_forced_tool_call_grammar_equals_the_ebnf_it_replaces(shared, tok):
                                                    "label": {"enum": ["wake", "tea"]}},
                   "required": ["hour"], "additionalProperties": False}}}
     new = c.compile(GrammarSpec.wrapped_json(CALL_OPEN, schema, CALL_CLOSE))
-    # what api/tool_strict.py compiled before: the EBNF text of the same concatenation
+    # what api/request/tool_strict.py compiled before: the EBNF text of the same concatenation
     literal = lambda s: xg.Grammar.from_ebnf("root ::= " + json.dumps(s))  # noqa: E731
     call = xg.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False)
     ebnf = str(xg.Grammar.concat(literal(CALL_OPEN), call, literal(CALL_CLOSE)))

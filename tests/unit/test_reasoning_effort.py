@@ -3,7 +3,7 @@
 import pytest
 
 from tensorfold.api.errors import APIError
-from tensorfold.api.reasoning import effort_kwargs
+from tensorfold.api.request.thinking import effort_kwargs
 
 PLAIN = "{% if enable_thinking %}<think>{% endif %}{{ reasoning_effort }}"
 NAMES_HIGH = PLAIN + "{% if reasoning_effort == 'high' %}High{% endif %}"

@@ -7,10 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from tensorfold.api import convert
-from tensorfold.api.tool_force import USUAL
-from tensorfold.api.tool_prompt import ToolFormat, hermes_messages, tool_format
-from tensorfold.api.schemas import ChatCompletionRequest
+from tensorfold.api.request import build
+from tensorfold.api.request.chat_format import ChatFormat
+from tensorfold.api.request.tool_force import USUAL
+from tensorfold.api.request.tool_prompt import ToolFormat, hermes_messages, tool_format
+from tensorfold.api.request.schemas import ChatCompletionRequest
 from tensorfold.config import ServerConfig
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
@@ -54,7 +55,8 @@ def engine(default_model):
 
 
 def prompt_of(engine, config=ServerConfig(), **body):
-    request = convert.chat_request(ChatCompletionRequest.model_validate(body), engine, config, "r")
+    chat = ChatFormat.of(engine.tokenizer, config.tool_parser)
+    request = build.chat_request(ChatCompletionRequest.model_validate(body), engine, config, chat, "r")
     return engine.tokenizer.decode(request.prompt), request
 
 

@@ -26,13 +26,14 @@ from werkzeug.exceptions import HTTPException
 
 from ..config import ServerConfig
 from ..store import MemoryStore, ResponseStore
-from . import (errors, guard, routes_chat, routes_completions, routes_console, routes_health, routes_models,
-               routes_responses)
-from .access_log import AccessLog
+from . import errors
+from .edge import guard
+from .edge.access_log import AccessLog
+from .edge.origins import AllowedOrigins, install as install_cors
 from .errors import APIError
-from .origins import AllowedOrigins, install as install_cors
+from .reply.sse import json_response
+from .routes import chat, completions, console, health, models, responses
 from .server import ServerThread, serve, serve_async
-from .sse import json_response
 from .state import EXTENSION, AppState
 
 log = logging.getLogger(__name__)
@@ -53,8 +54,7 @@ def create_app(engine, config: ServerConfig, store: ResponseStore | None = None)
     served_id = config.served_model_name or engine.model_name
     app.extensions[EXTENSION] = AppState(engine, config, served_id, tuple(config.aliases),
                                          responses=store if store is not None else MemoryStore())
-    for module in (routes_models, routes_health, routes_chat, routes_completions, routes_responses,
-                   routes_console):
+    for module in (models, health, chat, completions, responses, console):
         app.register_blueprint(module.bp)
     origins = AllowedOrigins.parse(config.allowed_origins)
     guard.install(app, config, origins)

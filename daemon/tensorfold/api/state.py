@@ -13,6 +13,7 @@ from ..config import ServerConfig
 from ..store import MemoryStore, ResponseStore
 from . import errors
 from .lifecycle import Drain
+from .request.chat_format import ChatFormat
 
 EXTENSION = "tensorfold"
 
@@ -26,9 +27,11 @@ class AppState:
     started_at: float = field(default_factory=time.time)
     responses: ResponseStore = field(default_factory=MemoryStore)   # the Responses store
     drain: Drain = field(init=False)                                 # shutdown (lifecycle.py)
+    chat_format: ChatFormat = field(init=False)                      # the model's, read once
 
     def __post_init__(self) -> None:
         self.drain = Drain(self.engine)
+        self.chat_format = ChatFormat.of(self.engine.tokenizer, self.config.tool_parser)
 
     @property
     def uptime_seconds(self) -> float:

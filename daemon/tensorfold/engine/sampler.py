@@ -56,7 +56,7 @@ def keyed_uniform(seed: int, position: int) -> int:
     return int.from_bytes(hashlib.sha256(msg).digest()[:5], "little")
 
 
-def exact_exp(d: torch.Tensor) -> torch.Tensor:
+def exact_exp64(d: torch.Tensor) -> torch.Tensor:
     """exp(d) for float64 d <= 0 from basic IEEE operations only.
 
     Library exp kernels take different code paths (vector body, scalar tail)
@@ -82,7 +82,7 @@ def token_masses(logits: torch.Tensor, temperature: float, z_max: float | None =
     z = logits.to(torch.float64) / float(temperature)
     if z_max is None:
         z_max = float(z.max())
-    return torch.round(exact_exp(z - z_max) * float(ONE)).to(torch.int64)
+    return torch.round(exact_exp64(z - z_max) * float(ONE)).to(torch.int64)
 
 
 def apply_cuts(ids: torch.Tensor, mass: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:

@@ -43,8 +43,8 @@ from collections.abc import Iterable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
-from .errors import GrammarBusy, GrammarError, GrammarTimeout, GrammarUnavailable, clean_reason, load_xgrammar
 from .build import build
+from .errors import GrammarBusy, GrammarError, GrammarTimeout, GrammarUnavailable, clean_reason, load_xgrammar
 from .pipe import read_message, write_message
 from .spec import KINDS, MAX_BLANKS, GrammarSpec, choice_ebnf
 

@@ -84,7 +84,7 @@ class GrammarSpec:
     @classmethod
     def wrapped_json(cls, before: str, schema: str | dict[str, Any] | bool, after: str) -> GrammarSpec:
         """`before`, then one JSON value valid against `schema` written without blanks
-        between its tokens, then `after` (e.g. a forced tool call: api/tool_strict.py)."""
+        between its tokens, then `after` (e.g. a forced tool call: api/request/tool_strict.py)."""
         parts = [before, json.loads(_canonical_schema(schema)), after]
         return cls(WRAPPED_JSON, json.dumps(parts, ensure_ascii=False, separators=(",", ":")))
 

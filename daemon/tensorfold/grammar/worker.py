@@ -31,9 +31,9 @@ import threading
 import time
 from typing import Any
 
+from .build import build
 from .errors import GrammarError, clean_reason, load_xgrammar
 from .pipe import read_message, write_message
-from .build import build
 from .spec import LABELS
 
 LOCAL_SECONDS = 1.0     # a spec that compiled faster is compiled again by the parent, not sent

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..backends.host import host_budget
 from ..backends.torch.models.llama import ModelArgs
 from ..backends.torch.runner import UnsupportedModel
 from ..checkpoints.files import read_config
-from ..backends.host import host_budget
 from . import lib
 from . import quant
 from .model import NativeModel

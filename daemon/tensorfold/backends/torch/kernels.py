@@ -104,7 +104,7 @@ _Q = (0.49999988079071045, 0.166665181517601, 0.041669536381959915,
       0.008368941955268383, 0.001375131425447762)
 
 
-def exact_exp(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+def exact_exp32(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
     """exp(x) in fp32 from correctly rounded basic operations only (no fused
     multiply-add), so each element's bits depend on its value alone, not on
     where it sits in the tensor or how the tensor is split into vector
@@ -122,7 +122,7 @@ def exact_exp(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
     if not inplace:
         x = x.to(dtype=torch.float32, memory_format=torch.contiguous_format, copy=True)
     elif x.dtype != torch.float32 or not x.is_contiguous():
-        raise ValueError("exact_exp(inplace=True) needs a contiguous fp32 tensor")
+        raise ValueError("exact_exp32(inplace=True) needs a contiguous fp32 tensor")
     flat = x.view(-1)
     n = flat.numel()
     if n == 0:
@@ -176,7 +176,7 @@ def _exp_slice(x: torch.Tensor, n: torch.Tensor, t: torch.Tensor, p: torch.Tenso
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise-exact:
-    computed in fp32 (for fp32 and bf16 inputs) with exact_exp and correctly
+    computed in fp32 (for fp32 and bf16 inputs) with exact_exp32 and correctly
     rounded +, /, *, then cast back to gate's dtype once.  (For gate < -88,
     exp(-gate) is held at exp(88): the result is about gate / 1.65e38
     instead of a value smaller still.)  Processed in cache-sized slices
@@ -257,7 +257,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> to
                (chunks are aligned to absolute positions), a query row's slot
                in the tile is what varies.
       max      exact (order-free) over the row's keys 0..p.
-      weights  exact_exp(s - max), exactly 0 for masked keys.
+      weights  exact_exp32(s - max), exactly 0 for masked keys.
       values   one bmm of fixed shape [kvh, T*G, kc] x [kvh, kc, hd] per
                item, and one [kvh, T*G, kc] x [kvh, kc, 1] (all ones) for
                the chunk's weight sums.
@@ -312,10 +312,10 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> to
         m = m.amax(dim=0, keepdim=True)
     sl.sub_(m.unsqueeze(-1))
     if live == TG:
-        w = exact_exp(s, inplace=True)
+        w = exact_exp32(s, inplace=True)
     else:
         w = s.new_zeros(s.shape)
-        w[:, :, :live] = exact_exp(sl)
+        w[:, :, :live] = exact_exp32(sl)
 
     o = torch.empty((n, KVH, TG, D), dtype=f32, device=dev)
     d = torch.empty((n, KVH, TG, 1), dtype=f32, device=dev)
