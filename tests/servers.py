@@ -47,9 +47,9 @@ def http_server(folder: Any, config: ServerConfig | None = None) -> Iterator[Any
     import httpx
 
     from tensorfold.config import EngineConfig
-    from tensorfold.engine.client import EngineClient
+    from tensorfold.engine.async_engine import AsyncEngine
 
-    engine = EngineClient(folder, EngineConfig(dtype="float32", device="cpu", kv_memory=0.1))
+    engine = AsyncEngine(folder, EngineConfig(dtype="float32", device="cpu", kv_memory=0.1))
     with running(engine, config or ServerConfig()) as served:
         with httpx.Client(base_url=served.url, timeout=60) as http:
             yield http

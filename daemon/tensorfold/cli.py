@@ -148,7 +148,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .api.edge.origins import AllowedOrigins
     from .api.server import bind_socket, serve, url_for
     from .checkpoints.resolve import resolve_model
-    from .engine.client import EngineClient
+    from .engine.async_engine import AsyncEngine
 
     try:
         AllowedOrigins.parse(args.allowed_origins)
@@ -174,7 +174,7 @@ def _serve(args: argparse.Namespace) -> int:
         engine=engine_cfg, limits=limits,
     )
     folder = resolve_model(args.model)
-    engine = EngineClient(folder, engine_cfg)
+    engine = AsyncEngine(folder, engine_cfg)
     engine.start()
     try:
         log.info("model folder %s", folder)

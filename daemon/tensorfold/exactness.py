@@ -255,7 +255,7 @@ def in_process_servers(args: argparse.Namespace) -> Iterator[dict[str, str]]:
     from .api.server import ServerThread
     from .checkpoints.resolve import resolve_model
     from .config import EngineConfig, ServerConfig
-    from .engine.client import EngineClient
+    from .engine.async_engine import AsyncEngine
     from .parsers import parser_for_template
 
     folder = resolve_model(args.model)
@@ -269,7 +269,7 @@ def in_process_servers(args: argparse.Namespace) -> Iterator[dict[str, str]]:
     with ExitStack() as stack:
         urls = {}
         for name, cfg in configs.items():
-            engine = EngineClient(folder, cfg)
+            engine = AsyncEngine(folder, cfg)
             engine.start()
             stack.callback(engine.stop)
             # a template without a tool-call format reads forced calls as Hermes JSON

@@ -1,7 +1,7 @@
 """Fixtures for the HTTP-edge tests: real Hypercorn servers on free loopback ports.
 
 `server` is the contract server: its tests hold for any engine. Its engine
-comes from `make_engine()` (one line: the real EngineClient on the tiny random
+comes from `make_engine()` (one line: the real AsyncEngine on the tiny random
 checkpoint, or the FakeEngine test double). `fake_server` always runs the
 FakeEngine: its tests inspect what reached the engine and inject failures.
 
@@ -30,14 +30,14 @@ API_KEY = "test-key-123"
 
 
 def make_engine(request: pytest.FixtureRequest) -> Any:
-    """The engine behind the contract server (`server`): the real EngineClient
+    """The engine behind the contract server (`server`): the real AsyncEngine
     on the tiny random checkpoint. `return FakeEngine()` runs the contract
     tests on the test double instead (so does TENSORFOLD_TEST_API_ENGINE=fake)."""
     if os.environ.get("TENSORFOLD_TEST_API_ENGINE") == "fake":
         return FakeEngine()
-    from tensorfold.engine.client import EngineClient
+    from tensorfold.engine.async_engine import AsyncEngine
 
-    return EngineClient(request.getfixturevalue("tiny_model"), EngineConfig(dtype="float32", device="cpu"))
+    return AsyncEngine(request.getfixturevalue("tiny_model"), EngineConfig(dtype="float32", device="cpu"))
 
 
 def api_config(limits: Limits | None = None, **overrides: Any) -> ServerConfig:

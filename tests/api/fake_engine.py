@@ -1,7 +1,7 @@
-"""A TEST DOUBLE of EngineClient, used only by the HTTP-contract tests of
+"""A TEST DOUBLE of AsyncEngine, used only by the HTTP-contract tests of
 tensorfold.api.
 
-It has the EngineClient interface (tokenizer, context_length, model_name,
+It has the AsyncEngine interface (tokenizer, context_length, model_name,
 generate, health, and optionally kv_plan) and yields deterministic deltas, so these tests can check
 the HTTP edge (framing, validation, envelopes, passthrough of fields) without
 a model. It also records what reached it (`requests`, `aborted`,
@@ -114,7 +114,7 @@ class FakeEngine:
                 "kv_blocks_used": self.running, "busy": self.running > 0, **self.extra_health}
 
     def end_all(self, message: str) -> None:
-        """As EngineClient.end_all: every reply in flight, and every later one, fails."""
+        """As AsyncEngine.end_all: every reply in flight, and every later one, fails."""
         self.ended = message
 
     def request(self, request_id: str) -> Request:

@@ -37,10 +37,10 @@ def fim_checkpoint(default_model: Path, out: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def fim(default_model, tmp_path_factory):
-    from tensorfold.engine.client import EngineClient
+    from tensorfold.engine.async_engine import AsyncEngine
 
     folder = fim_checkpoint(default_model, tmp_path_factory.mktemp("fim"))
-    engine = EngineClient(folder, EngineConfig(dtype="float32", device="cpu", kv_memory=0.1))
+    engine = AsyncEngine(folder, EngineConfig(dtype="float32", device="cpu", kv_memory=0.1))
     with running(engine, ServerConfig()) as served:
         with openai.OpenAI(base_url=served.base_url, api_key="unused", max_retries=0, timeout=60) as client:
             yield served, client

@@ -110,7 +110,7 @@ def _byte_level_hf_tokenizer() -> Any:
 
 
 class FuzzEngine(FakeEngine):
-    """The FakeEngine plus the engine's grammar_compiler() (EngineClient has one;
+    """The FakeEngine plus the engine's grammar_compiler() (AsyncEngine has one;
     the double has none, so every valid structured-output request would be a
     500 AttributeError of the double's making)."""
 
@@ -121,7 +121,7 @@ class FuzzEngine(FakeEngine):
         self._grammar_lock = threading.Lock()
 
     def grammar_compiler(self, timeout: float | None = None) -> Any:
-        """As EngineClient.grammar_compiler: built on first use; `timeout` per compile."""
+        """As AsyncEngine.grammar_compiler: built on first use; `timeout` per compile."""
         from tensorfold.grammar import GrammarCompiler, GrammarUnavailable
 
         with self._grammar_lock:

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from tensorfold.config import EngineConfig, ServerConfig
-from tensorfold.engine.client import EngineClient
+from tensorfold.engine.async_engine import AsyncEngine
 from tests.servers import running
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -24,7 +24,7 @@ PROSE = "It is sunny."
 
 @pytest.fixture(scope="module")
 def hermes(tiny_model):
-    engine = EngineClient(tiny_model, EngineConfig(dtype="float32", device="cpu", kv_memory=0.1))
+    engine = AsyncEngine(tiny_model, EngineConfig(dtype="float32", device="cpu", kv_memory=0.1))
     with running(engine, ServerConfig(tool_parser="hermes")) as served:
         with openai.OpenAI(base_url=served.base_url, api_key="x", max_retries=0, timeout=60) as client:
             yield client, served.served_id

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from tensorfold.config import EngineConfig, ServerConfig
-from tensorfold.engine.client import EngineClient
+from tensorfold.engine.async_engine import AsyncEngine
 from tests.api.test_responses_types import check_response, check_stream, parse_sse
 from tests.servers import running
 
@@ -34,7 +34,7 @@ QUESTION = "Weather in Paris?"
 
 @pytest.fixture(scope="module")
 def served(tiny_model):
-    engine = EngineClient(tiny_model, EngineConfig(dtype="float32", device="cpu", kv_memory=0.1))
+    engine = AsyncEngine(tiny_model, EngineConfig(dtype="float32", device="cpu", kv_memory=0.1))
     with running(engine, ServerConfig(tool_parser="json")) as served:
         yield served
 

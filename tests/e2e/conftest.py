@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from tensorfold.config import EngineConfig, ServerConfig
-from tensorfold.engine.client import EngineClient
+from tensorfold.engine.async_engine import AsyncEngine
 from tests.servers import running
 
 
@@ -21,7 +21,7 @@ class DefaultServer:
 
 @pytest.fixture(scope="session")
 def default_server(default_model) -> Iterator[DefaultServer]:
-    engine = EngineClient(default_model, EngineConfig(device="cpu", kv_memory=1.0))
+    engine = AsyncEngine(default_model, EngineConfig(device="cpu", kv_memory=1.0))
     # no --tool-parser: SmolLM2's ChatML template gets the built-in Hermes tool prompt
     with running(engine, ServerConfig()) as served:
         with openai.OpenAI(base_url=served.base_url, api_key="unused", max_retries=0, timeout=120) as c:

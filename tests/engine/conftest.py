@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from tensorfold.config import EngineConfig
-from tensorfold.engine.client import EngineClient
+from tensorfold.engine.async_engine import AsyncEngine
 from tensorfold.engine.types import Delta, Finish, Request, SamplingParams
 
 
@@ -21,11 +21,11 @@ class Reply:
 
 
 @contextmanager
-def engine_on(folder, **config) -> Iterator[EngineClient]:
+def engine_on(folder, **config) -> Iterator[AsyncEngine]:
     config.setdefault("dtype", "float32")
     config.setdefault("device", "cpu")
     config.setdefault("kv_memory", 0.25)
-    client = EngineClient(folder, EngineConfig(**config))
+    client = AsyncEngine(folder, EngineConfig(**config))
     client.start()
     try:
         yield client
@@ -33,7 +33,7 @@ def engine_on(folder, **config) -> Iterator[EngineClient]:
         client.stop()
 
 
-async def collect(engine: EngineClient, request: Request, delay: float = 0.0) -> Reply:
+async def collect(engine: AsyncEngine, request: Request, delay: float = 0.0) -> Reply:
     if delay:
         await asyncio.sleep(delay)
     deltas = [d async for d in engine.generate(request)]
@@ -41,11 +41,11 @@ async def collect(engine: EngineClient, request: Request, delay: float = 0.0) ->
                  deltas[-1].finish, deltas)
 
 
-def run(engine: EngineClient, request: Request) -> Reply:
+def run(engine: AsyncEngine, request: Request) -> Reply:
     return asyncio.run(collect(engine, request))
 
 
-def chat_prompt(engine: EngineClient, text: str) -> list[int]:
+def chat_prompt(engine: AsyncEngine, text: str) -> list[int]:
     tok = engine.tokenizer
     return tok.encode(tok.render_chat([{"role": "user", "content": text}]))
 

@@ -8,13 +8,13 @@ import time
 import pytest
 
 from tensorfold.config import EngineConfig
-from tensorfold.engine.client import EngineClient
+from tensorfold.engine.async_engine import AsyncEngine
 from tensorfold.engine.types import FinishReason, Request, SamplingParams
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_model):
-    client = EngineClient(tiny_model, EngineConfig(dtype="float32", device="cpu"))
+    client = AsyncEngine(tiny_model, EngineConfig(dtype="float32", device="cpu"))
     client.start()
     yield client
     client.stop()
@@ -125,7 +125,7 @@ def test_requests_queue_one_at_a_time_and_all_finish(engine):
 def test_idle_engine_gives_back_the_kv_of_finished_replies(tiny_model):
     """When nothing runs, the blocks a finished reply wrote and no cache keeps (its
     partial tail) go back to the system; cached prefix blocks stay."""
-    client = EngineClient(tiny_model, EngineConfig(dtype="float32", device="cpu"))
+    client = AsyncEngine(tiny_model, EngineConfig(dtype="float32", device="cpu"))
     trimmed: list[int] = []
     runner_trim = client.runner.trim_kv
     client.runner.trim_kv = lambda blocks: (trimmed.extend(blocks), runner_trim(blocks))
@@ -135,7 +135,7 @@ def test_idle_engine_gives_back_the_kv_of_finished_replies(tiny_model):
         deadline = time.monotonic() + 5
         while not trimmed and time.monotonic() < deadline:
             time.sleep(0.01)
-        cache = client.engine.cache
+        cache = client.core.cache
         assert trimmed, "the idle engine returned no blocks"
         assert not set(trimmed) & set(cache._idle), "a cached prefix block was trimmed"
         assert set(trimmed) <= set(cache._free)

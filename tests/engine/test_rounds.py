@@ -50,7 +50,7 @@ def test_concurrent_staggered_equals_solo(engine):
 
 
 def test_prefix_cache_reuse_is_exact_and_counted(engine):
-    engine.engine.call(engine.engine.cache.clear_idle)
+    engine.core.call(engine.core.cache.clear_idle)
     prompt = chat_prompt(engine, "Count the stars: " + "one two three four five " * 20)
     req = make_request(prompt, max_tokens=30, ignore_eos=True, sampling=SAMPLINGS[2])
     fresh = run(engine, req)
@@ -74,7 +74,7 @@ def test_next_turn_reuses_the_conversation(engine):
     common = next((i for i, (a, b) in enumerate(zip(p1 + r1.tokens, p2)) if a != b), len(p2))
     block = engine.kv_plan.block_size
     assert r2.finish.usage.cached_tokens >= (common // block - 1) * block
-    engine.engine.call(engine.engine.cache.clear_idle)
+    engine.core.call(engine.core.cache.clear_idle)
     assert run(engine, make_request(p2, max_tokens=16, ignore_eos=True)).tokens == r2.tokens
 
 

@@ -45,7 +45,7 @@ _HTTP_CODES = {401: errors.INVALID_API_KEY, 404: "not_found", 405: "method_not_a
 
 
 def create_app(engine, config: ServerConfig, store: ResponseStore | None = None) -> Quart:
-    """The HTTP edge for `engine` (an EngineClient). The caller owns the
+    """The HTTP edge for `engine` (an AsyncEngine). The caller owns the
     engine: starting and stopping it is not the app's business. `store` keeps
     finished responses (/v1/responses); default: a new MemoryStore."""
     app = Quart("tensorfold.api")

@@ -20,7 +20,7 @@ EXTENSION = "tensorfold"
 
 @dataclass(slots=True)
 class AppState:
-    engine: Any                      # tensorfold.engine.client.EngineClient or a stand-in
+    engine: Any                      # tensorfold.engine.async_engine.AsyncEngine or a stand-in
     config: ServerConfig
     served_id: str
     aliases: tuple[str, ...]

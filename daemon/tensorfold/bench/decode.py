@@ -67,12 +67,12 @@ def rss_mib() -> float:
 
 
 class OurEngine:
-    """An EngineClient with its thread started; one cold-cache greedy request at a time."""
+    """An AsyncEngine with its thread started; one cold-cache greedy request at a time."""
 
     def __init__(self, folder: Path, config) -> None:
-        from ..engine.client import EngineClient
+        from ..engine.async_engine import AsyncEngine
 
-        self.client = EngineClient(folder, config)
+        self.client = AsyncEngine(folder, config)
         self.client.start()
 
     def close(self) -> None:
@@ -81,11 +81,11 @@ class OurEngine:
     def _submit(self, prompts: list[list[int]], new_tokens: int, emit) -> None:
         from ..engine.types import Request, SamplingParams
 
-        self.client.engine.call(self.client.engine.cache.clear_idle)
+        self.client.core.call(self.client.core.cache.clear_idle)
         for i, prompt in enumerate(prompts):
             req = Request(id=f"bench-{time.monotonic_ns()}-{i}", prompt=prompt, max_tokens=new_tokens,
                           ignore_eos=True, sampling=SamplingParams(temperature=0.0), draft=False)
-            self.client.engine.submit(req, lambda d, i=i: emit(i, d))
+            self.client.core.submit(req, lambda d, i=i: emit(i, d))
 
     @staticmethod
     def _check(fin) -> None:

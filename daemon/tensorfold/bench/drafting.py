@@ -55,10 +55,10 @@ def run_one(client, prompt: list[int], draft: bool, max_tokens: int, sampling, c
     from ..engine.types import Request
 
     done: queue.SimpleQueue = queue.SimpleQueue()
-    client.engine.call(client.engine.cache.clear_idle)
+    client.core.call(client.core.cache.clear_idle)
     req = Request(id=f"bench-{time.monotonic_ns()}", prompt=prompt, max_tokens=max_tokens,
                   sampling=sampling, draft=draft, constraints=constraints, ignore_eos=ignore_eos)
-    client.engine.submit(req, lambda d: d.finish and done.put(d.finish))
+    client.core.submit(req, lambda d: d.finish and done.put(d.finish))
     fin = done.get()
     n = fin.usage.completion_tokens
     return fin.stats.token_sha, Result(max(n - 1, 0), fin.stats.decode_seconds, fin.stats.drafted,
@@ -84,13 +84,13 @@ def workload(client, name: str, prompts: list[str], max_tokens: int, sampling) -
 def run_drafting_bench(args: argparse.Namespace) -> int:
     from ..checkpoints.resolve import resolve_model
     from ..config import EngineConfig
-    from ..engine.client import EngineClient
+    from ..engine.async_engine import AsyncEngine
     from ..engine.types import SamplingParams
 
     if args.threads:
         torch.set_num_threads(args.threads)
     folder = resolve_model(args.model)
-    client = EngineClient(folder, EngineConfig(dtype=args.dtype, device=args.device, parallel=1,
+    client = AsyncEngine(folder, EngineConfig(dtype=args.dtype, device=args.device, parallel=1,
                                                draft_model=args.draft_model, kv_memory=args.kv_memory))
     client.start()
     try:

@@ -4,7 +4,7 @@ On a fixed English text that ships with Python (the language reference's
 help topics, `pydoc_data.topics`), cut into --windows windows of --tokens
 tokens with no overlap, each scored from an empty cache:
 
-- our engine's runner (the one EngineClient builds for the CPU) against the
+- our engine's runner (the one AsyncEngine builds for the CPU) against the
   fp32 reference `TorchRunner(folder, "float32", "cpu")`: mean KL(ref || ours)
   per token and top-1 agreement over every position;
 - the perplexity of each (every position predicting the next token);
@@ -84,7 +84,7 @@ def run_quality_bench(args: argparse.Namespace) -> int:
     from ..checkpoints.resolve import resolve_model
     from ..checkpoints.tokenizer import Tokenizer
     from ..config import EngineConfig
-    from ..engine.client import EngineClient
+    from ..engine.async_engine import AsyncEngine
     from . import llamacpp
     from .decode import our_threads
 
@@ -97,7 +97,7 @@ def run_quality_bench(args: argparse.Namespace) -> int:
     if not windows or args.tokens < 2:
         raise SystemExit(f"tensorfold: {name} has fewer than --tokens {args.tokens} tokens (need >= 2)")
 
-    client = EngineClient(folder, EngineConfig(device="cpu", threads=args.threads, parallel=1, weights=args.weights,
+    client = AsyncEngine(folder, EngineConfig(device="cpu", threads=args.threads, parallel=1, weights=args.weights,
                                                context=args.tokens))   # its runner; the engine never starts
     ours, reference = client.runner, TorchRunner(folder, dtype="float32", device="cpu")
     block = 32

@@ -334,10 +334,10 @@ def served(folder: Path, config: Any) -> Iterator[str]:
     from ..api.app import create_app
     from ..api.server import ServerThread
     from ..config import ServerConfig
-    from ..engine.client import EngineClient
+    from ..engine.async_engine import AsyncEngine
 
     with ExitStack() as stack:
-        engine = EngineClient(folder, config)
+        engine = AsyncEngine(folder, config)
         engine.start()
         stack.callback(engine.stop)
         thread = ServerThread(create_app(engine, ServerConfig(port=0, engine=config)))

@@ -25,13 +25,13 @@ PROMPTS = ["Describe a fictional person as JSON with name, age, hobbies and city
 def run_structured_bench(args: argparse.Namespace) -> int:
     from ..checkpoints.resolve import resolve_model
     from ..config import EngineConfig
-    from ..engine.client import EngineClient
+    from ..engine.async_engine import AsyncEngine
     from ..engine.types import SamplingParams
     from ..grammar import GrammarSpec
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    client = EngineClient(resolve_model(args.model), EngineConfig(dtype=args.dtype, device=args.device,
+    client = AsyncEngine(resolve_model(args.model), EngineConfig(dtype=args.dtype, device=args.device,
                                                                   parallel=1, kv_memory=args.kv_memory))
     client.start()
     greedy = SamplingParams(temperature=0.0)

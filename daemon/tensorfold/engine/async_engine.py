@@ -1,6 +1,6 @@
-"""EngineClient: the asyncio face of the engine thread.
+"""AsyncEngine: the asyncio face of the engine thread (`core`, loop.py's Engine).
 
-`generate()` hands a Request to the engine thread and yields its Deltas; an
+What the HTTP edge and the benches call "the engine". `generate()` hands a Request to the engine thread and yields its Deltas; an
 asyncio.Queue per request is fed from the engine thread with
 `loop.call_soon_threadsafe`. Leaving the iterator early (client disconnect,
 cancellation) aborts the request at the engine's next round.
@@ -46,7 +46,7 @@ def make_runner(folder: Path, config: EngineConfig) -> Any:
     return TorchRunner(folder, dtype=config.dtype, device=config.device)
 
 
-class EngineClient:
+class AsyncEngine:
     def __init__(self, folder: Path, config: EngineConfig) -> None:
         if config.threads:
             torch.set_num_threads(config.threads)
@@ -66,7 +66,7 @@ class EngineClient:
         self._grammar: Any = None
         self._grammar_lock = threading.Lock()
         self.drafter = self._drafter(config, plan) if config.draft_model else NgramDrafter()
-        self.engine = Engine(self.runner, self.tokenizer, EngineLimits(
+        self.core = Engine(self.runner, self.tokenizer, EngineLimits(
             lanes=lanes, num_blocks=plan.num_blocks, block_size=plan.block_size,
             prefill_chunk=config.prefill_chunk, background_chunk=config.background_chunk,
             decode_share=config.decode_share), drafter=self.drafter)
@@ -101,10 +101,10 @@ class EngineClient:
             return self._grammar
 
     def start(self) -> None:
-        self.engine.start()
+        self.core.start()
 
     def stop(self) -> None:
-        self.engine.stop()
+        self.core.stop()
         if self._grammar is not None:
             self._grammar.close()
             self._grammar.join()
@@ -112,12 +112,12 @@ class EngineClient:
     def end_all(self, message: str) -> None:
         """Fail every request in flight, and every later one, with `message`, and stop the
         grammar compiles (shutdown); returns at once."""
-        self.engine.end_all(message)
+        self.core.end_all(message)
         if self._grammar is not None:
             self._grammar.close()
 
     def health(self) -> dict[str, int | float | bool | str]:
-        return {**self.engine.counters.snapshot(), "drafter": self.drafter.name,
+        return {**self.core.counters.snapshot(), "drafter": self.drafter.name,
                 "engine": self.runner.describe(),
                 "parallel": self.lanes}
 
@@ -131,7 +131,7 @@ class EngineClient:
             except RuntimeError:      # the event loop is gone: nobody is listening
                 pass
 
-        seq = self.engine.submit(request, emit)
+        seq = self.core.submit(request, emit)
         finished = False
         try:
             while not finished:
@@ -140,4 +140,4 @@ class EngineClient:
                 yield delta
         finally:
             if not finished:
-                self.engine.abort(seq)
+                self.core.abort(seq)
