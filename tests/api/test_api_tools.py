@@ -102,6 +102,23 @@ def test_forced_call_is_one_call_to_an_offered_tool(hermes, choice, names):
         assert serial.model_extra["tensorfold"]["token_sha"] == reply.model_extra["tensorfold"]["token_sha"]
 
 
+def test_a_forced_call_cut_off_by_the_token_limit_is_a_partial_call(hermes):
+    """As OpenAI answers it: the call with the arguments text so far, finish_reason length;
+    never the call's markup as content. Streamed the same."""
+    reply = forced(hermes, "required", [TOOL], max_tokens=14)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "length" and not choice.message.content
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather"
+    client, model = hermes
+    chunks = list(client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Hello there."}], tools=[TOOL], tool_choice="required",
+        max_tokens=14, temperature=0.8, seed=9, stream=True))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    args = "".join(tc.function.arguments or "" for d in deltas for tc in d.tool_calls or [])
+    assert args == call.function.arguments and not "".join(d.content or "" for d in deltas)
+
+
 def test_forcing_an_unoffered_function_is_refused(hermes):
     with pytest.raises(openai.BadRequestError):
         forced(hermes, {"type": "function", "function": {"name": "nope"}}, [TOOL])

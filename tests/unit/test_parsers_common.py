@@ -171,3 +171,30 @@ def test_default_ids_are_random_call_ids():
     _, calls = cls({"f": {}}).parse(text)
     assert len(calls) == 2 and calls[0].id != calls[1].id
     assert all(c.id.startswith("call_") for c in calls)
+
+
+@pytest.mark.parametrize("cut", [
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par',
+    '<tool_call>\n{"name": "get_weather", "arguments": ',
+])
+def test_a_forced_hermes_call_cut_off_still_calls_with_its_arguments_so_far(cut):
+    cls = TOOL_PARSERS["hermes"]
+    tools = {"get_weather": {}}
+    content, calls = cls(tools, forced=True).parse(cut)
+    assert content == "" and [(c.name, c.arguments) for c in calls] == [("get_weather", cut.split('"arguments": ')[1])]
+    streamed = cls(tools, forced=True)
+    events = [e for ch in cut for e in streamed.feed(ch)] + streamed.end()
+    assert [(c.name, c.arguments) for c in collect(events).calls] == [(c.name, c.arguments) for c in calls]
+    assert cls(tools).parse(cut) == (cut, [])              # not forced: answer text, as before
+
+
+def test_a_forced_hermes_call_cut_off_in_its_name():
+    cls = TOOL_PARSERS["hermes"]
+    two = {"get_weather": {}, "get_time": {}}
+    named = lambda text, tools: [c.name for c in cls(tools, forced=True).parse(text)[1]]  # noqa: E731
+    assert named('<tool_call>\n{"name": "get_w', two) == ["get_weather"]        # the one offered name it fits
+    assert named('<tool_call>\n{"name": "get_time", ', {**two, "get_time_utc": {}}) == ["get_time"]  # closed
+    assert cls(two, forced=True).parse('<tool_call>\n{"name": "get_') == ("", [])  # either: no call, no markup
+    assert named('<tool_call>\n{', {"get_weather": {}}) == ["get_weather"]
+    text = '<tool_call>\n{"name": "nope", "arguments": {"a'       # not offered (no grammar held it): text
+    assert cls(two, forced=True).parse(text) == (text, [])

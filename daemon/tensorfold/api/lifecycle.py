@@ -10,43 +10,25 @@ stream has sent its last event, at most `grace` seconds. Then the server closes.
 
 A request whose body is LARGE_BODY or more leaves the memory its preparation
 freed (tokenizing 7 MB of text takes about 450 MB) with the C allocator, which
-keeps it; `release_freed_memory` hands it back to the system (glibc's
-malloc_trim; elsewhere nothing).
+keeps it: it is handed back after the request (backends/host.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from ..backends.host import release_freed_memory
 from . import errors
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN = "the server is shutting down"
 LARGE_BODY = 1 << 20
-
-
-@functools.cache
-def _malloc_trim() -> Any:
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):       # not glibc
-        return None
-
-
-def release_freed_memory() -> None:
-    """Give the memory the C allocator holds free back to the system, where it can."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
 
 
 def tracked(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:

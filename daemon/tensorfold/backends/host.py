@@ -1,12 +1,21 @@
-"""What the host machine has free: the KV budget of CPU runners.
+"""What the host machine has free: the KV budget of CPU runners; and handing freed
+memory back to it.
 
 On the CPU (and on unified-memory GPUs, whose allocations come out of the
 host's RAM) the budget is MemAvailable less a tenth of RAM, at least 4 GiB.
+
+The C allocator keeps memory that was freed (loading a model leaves ~50 MB of
+it, tokenizing 7 MB of text ~450 MB); `release_freed_memory` hands it back
+(glibc's malloc_trim; elsewhere nothing).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 from pathlib import Path
+from typing import Any
 
 GiB = 1 << 30
 
@@ -29,3 +38,19 @@ def host_memory() -> tuple[int, int]:
 def host_budget() -> int:
     total, available = host_memory()
     return max(0, available - max(total // 10, 4 * GiB))
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):       # not glibc
+        return None
+
+
+def release_freed_memory() -> None:
+    """Give the memory the C allocator holds free back to the system, where it can."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)

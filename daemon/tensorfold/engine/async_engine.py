@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..backends.host import release_freed_memory
 from ..backends.torch.runner import TorchRunner, UnsupportedModel, pick_device
 from ..checkpoints.errors import CheckpointError
 from ..checkpoints.resolve import resolve_model
@@ -74,6 +75,7 @@ class AsyncEngine:
         # collector's walks, which otherwise cost a decode round ~10% of its time.
         gc.collect()
         gc.freeze()
+        release_freed_memory()       # what loading freed (about 50 MB for the default model)
 
     def _drafter(self, config: EngineConfig, plan: KVPlan) -> DraftModelDrafter:
         """Load --draft-model; refuse it unless it shares the target's tokenizer."""

@@ -51,7 +51,7 @@ from .spec import KINDS, MAX_BLANKS, GrammarSpec, choice_ebnf
 __all__ = ["KINDS", "MAX_BLANKS", "GrammarCompiler", "GrammarSpec", "choice_ebnf"]
 
 RECYCLE_AFTER = 1.0           # seconds: a worker that took this long on a spec is replaced afterwards
-IDLE_SECONDS = 60.0           # a worker without a compile for this long is stopped
+IDLE_SECONDS = 300.0          # a worker without a compile for this long is stopped (as a model keep-alive)
 START_TIMEOUT = 120.0         # seconds for a new worker to import xgrammar and load the tokenizer
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -57,10 +57,12 @@ class ToolParser(StepMachine):
     openers: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, tools: Iterable[Mapping[str, Any]] | Mapping[str, Any] | None = None, *,
-                 new_id: Callable[[], str] | None = None, parallel_tool_calls: bool = True) -> None:
+                 new_id: Callable[[], str] | None = None, parallel_tool_calls: bool = True,
+                 forced: bool = False) -> None:
         self.tools = tool_schemas(tools)
         self.new_id = new_id or new_call_id
         self.parallel_tool_calls = parallel_tool_calls
+        self.forced = forced               # the request forced a call: a cut-off one still goes out
         self._buf = ""
         self._state = "content"
         self._out: list[Event] = []
@@ -87,7 +89,8 @@ class ToolParser(StepMachine):
         return self._take()
 
     def parse(self, text: str) -> tuple[str, list[ToolCall]]:
-        fresh = type(self)(self.tools, new_id=self.new_id, parallel_tool_calls=self.parallel_tool_calls)
+        fresh = type(self)(self.tools, new_id=self.new_id, parallel_tool_calls=self.parallel_tool_calls,
+                           forced=self.forced)
         reply = collect(fresh.feed(text) + fresh.end())
         return reply.content, reply.calls
 

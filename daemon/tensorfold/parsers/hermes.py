@@ -10,18 +10,27 @@ one delta, end). "parameters" is read as "arguments", arguments written as
 JSON text of an object are read too, and missing arguments mean {}. A reply
 that ends right after a complete object, without `</tool_call>`, still
 calls. Anything else (text that is not one JSON object, an unoffered name,
-invalid JSON, a cut-off object) is answer text, opener included.
+invalid JSON, a cut-off object) is answer text, opener included; except that
+when the request forced a call (`forced`), a call cut off by the token limit
+goes out with the arguments text it has, as OpenAI returns one (finish_reason
+"length"), once its name is known: whole, or the one offered name its start
+fits (the grammar holds a forced call to offered names).
 """
 
 from __future__ import annotations
+
+import re
 
 from .base import MAX_NAME, ToolParser
 from .jsonish import early_check
 from .scan import BAD, JsonExtent, skip_ws
 from .schema import call_from_json, loads
+from .types import ToolCallEnd
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
+_CUT_NAME = re.compile(r'\{\s*(?:"name"\s*:\s*"([^"\\]*)("?))?')
+_CUT_CALL = re.compile(r'\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"(?:arguments|parameters)"\s*:\s*')
 
 
 class HermesParser(ToolParser):
@@ -61,6 +70,8 @@ class HermesParser(ToolParser):
                 return self._drop_block()
             self._checked = verdict is False
         if end is None:
+            if final and self.forced:
+                return self._cut_call()
             return self._drop_block() if final else False
         k = skip_ws(buf, end)
         tail = buf[k:k + len(CLOSE)]
@@ -82,6 +93,35 @@ class HermesParser(ToolParser):
         self._buf = buf[consumed:]
         self._state = "content"
         self._whole_call(*call)
+        return True
+
+    def _cut_call(self) -> bool:
+        """A forced call cut off inside its JSON: the call, with the arguments text so far,
+        when its name is known (whole, or the one offered name its start fits); else
+        nothing (the markup so far is the forced opening, not answer text)."""
+        m = _CUT_CALL.match(self._buf, self._start)
+        if m is not None:
+            try:
+                name = loads(m.group(1))
+            except ValueError:
+                name = None
+            if name not in self.tools:
+                return self._drop_block()
+            args = self._buf[m.end():]
+        else:
+            start = _CUT_NAME.match(self._buf, self._start)
+            begun = (start.group(1) or "") if start else ""
+            whole = bool(start and start.group(2))
+            names = [n for n in self.tools if (n == begun if whole else n.startswith(begun))]
+            name, args = (names[0], "") if len(names) == 1 else (None, "")
+        if name is not None:
+            self._start_call(name)
+            self._args_text(args)
+            self._out.append(ToolCallEnd(self._index))
+            self._index = -1
+        self._extent = None
+        self._buf = ""
+        self._state = "content"
         return True
 
     def _drop_block(self) -> bool:

@@ -62,13 +62,13 @@ def _fresh_reasoning(p: ReasoningParser | None) -> ReasoningParser | None:
 def _fresh_tools(p: ToolParser | None) -> ToolParser | None:
     if p is None:
         return None
-    return type(p)(p.tools, new_id=p.new_id, parallel_tool_calls=p.parallel_tool_calls)
+    return type(p)(p.tools, new_id=p.new_id, parallel_tool_calls=p.parallel_tool_calls, forced=p.forced)
 
 
 def build_reply_parser(chat_template: str, tools: Iterable[Mapping[str, Any]] | Mapping[str, Any] | None = None,
                        *, prompt: str = "", thinking: bool = True, parallel_tool_calls: bool = True,
                        new_id: Callable[[], str] | None = None, tool_format: str | None = None,
-                       reasoning_format: str | None = None) -> ReplyParser:
+                       reasoning_format: str | None = None, forced_call: bool = False) -> ReplyParser:
     """The reply parser for a checkpoint's template and a request.
 
     The tool format comes from `parser_for_template` unless `tool_format`
@@ -76,13 +76,16 @@ def build_reply_parser(chat_template: str, tools: Iterable[Mapping[str, Any]] | 
     hides them) or the template has no tool format. The reasoning markers come
     from `reasoning_for_template` unless `reasoning_format` names them; none
     when thinking is off for the request. `prompt` is the rendered prompt:
-    when it ends with the open marker, the reply starts inside the block."""
+    when it ends with the open marker, the reply starts inside the block.
+    `forced_call`: the request forced a call (tool_choice required or a named
+    function): one cut off by the token limit still comes back as a call."""
     from . import TOOL_PARSERS, parser_for_template, reasoning_for_template
 
     tool_parser = None
     name = tool_format or parser_for_template(chat_template)
     if tools and name:
-        tool_parser = TOOL_PARSERS[name](tools, new_id=new_id, parallel_tool_calls=parallel_tool_calls)
+        tool_parser = TOOL_PARSERS[name](tools, new_id=new_id, parallel_tool_calls=parallel_tool_calls,
+                                         forced=forced_call)
     reasoning = None
     rname = reasoning_format or reasoning_for_template(chat_template)
     if rname and thinking:

@@ -12,6 +12,7 @@ from typing import Any
 
 from ...parsers import ContentDelta, Event, ReasoningDelta, ReplyParser, ToolCallArgsDelta, ToolCallStart, build_reply_parser
 from ..request.chat_format import ChatFormat
+from ..request.tool_force import forces_call
 
 
 def reply_parser(tokenizer: Any, chat: ChatFormat, body: Any, request: Any) -> ReplyParser | None:
@@ -23,7 +24,7 @@ def reply_parser(tokenizer: Any, chat: ChatFormat, body: Any, request: Any) -> R
     parser = build_reply_parser(chat.template, tools, prompt=tokenizer.decode(request.prompt[-16:]),
                                 thinking=request.think is not None,
                                 parallel_tool_calls=body.parallel_tool_calls is not False,
-                                tool_format=chat.tools.parser)
+                                tool_format=chat.tools.parser, forced_call=forces_call(body))
     return parser if (parser.reasoning or parser.tools) else None
 
 
