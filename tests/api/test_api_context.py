@@ -95,8 +95,8 @@ def test_fit_reply_limit(prompt, explicit, default, expected):
 def test_fit_reply_limit_message():
     with pytest.raises(APIError) as info:
         fit_reply_limit(7990, 8192, 500, "max_tokens", None, prompt_param="messages")
-    assert info.value.message == ("The prompt has 7990 tokens and max_tokens is 500, which exceeds the "
-                                  "8192-token context by 298; lower max_tokens to at most 202 or shorten the prompt")
+    assert info.value.message == ("The prompt has 7990 tokens and 'max_tokens' is 500, which exceeds the "
+                                  "8192-token context by 298; lower 'max_tokens' to at most 202 or shorten the prompt")
     assert info.value.param == "max_tokens"
     with pytest.raises(APIError) as info:
         fit_reply_limit(8192, 8192, None, "max_tokens", None, prompt_param="messages")
@@ -107,8 +107,8 @@ def test_fit_reply_limit_message_when_memory_limits_the_window():
     with pytest.raises(APIError) as info:
         fit_reply_limit(7990, 8192, 500, "max_tokens", None, prompt_param="messages", memory_limited=True)
     assert info.value.message == (
-        "The prompt has 7990 tokens and max_tokens is 500, which exceeds the 8192-token context by 298; "
-        "lower max_tokens to at most 202 or shorten the prompt. The 8192-token context is limited by the "
+        "The prompt has 7990 tokens and 'max_tokens' is 500, which exceeds the 8192-token context by 298; "
+        "lower 'max_tokens' to at most 202 or shorten the prompt. The 8192-token context is limited by the "
         "memory available for the KV cache; a larger --kv-memory, or freeing memory before starting the "
         "server, raises it")
     with pytest.raises(APIError) as info:
@@ -134,7 +134,7 @@ def test_refusals_say_when_memory_limits_the_window(planned, stream):
     error = assert_envelope(http.post(CHAT, json={"messages": HELLO, "max_tokens": room + 1, "stream": stream}),
                             400, "max_tokens")
     assert error["code"] == "context_length_exceeded"
-    assert f"The prompt has {p} tokens and max_tokens is {room + 1}" in error["message"]
+    assert f"The prompt has {p} tokens and 'max_tokens' is {room + 1}" in error["message"]
     assert f"at most {room}" in error["message"]
     assert (MEMORY_NOTE in error["message"]) is limited
     assert ("--kv-memory" in error["message"]) is limited

@@ -191,8 +191,8 @@ def fit_reply_limit(prompt_tokens: int, context: int, explicit: int | None, para
     if explicit is not None:
         if explicit > room:
             raise errors.invalid(
-                f"The prompt has {prompt_tokens} tokens and {param} is {explicit}, which exceeds the "
-                f"{context}-token context by {explicit - room}; lower {param} to at most {room} "
+                f"The prompt has {prompt_tokens} tokens and '{param}' is {explicit}, which exceeds the "
+                f"{context}-token context by {explicit - room}; lower '{param}' to at most {room} "
                 "or shorten the prompt" + _memory_note(context, memory_limited),
                 param=param, code=errors.CONTEXT_LENGTH)
         return explicit

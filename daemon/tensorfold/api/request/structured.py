@@ -49,7 +49,7 @@ def grammar_request(body: Any) -> tuple[str, Any, str] | None:
     if not found:
         return None
     if len(found) > 1:
-        names = ", ".join(f[0] for f in found)
+        names = ", ".join(f"'{f[0]}'" for f in found)
         raise errors.invalid(f"Send one structured-output field, not several ({names})", param=found[1][0])
     field, kind, value = found[0]
     return kind, value, field

@@ -125,10 +125,14 @@ def responses_param(param: str | None) -> str | None:
 
 
 def responses_error(exc: errors.APIError) -> errors.APIError:
-    message = re.sub(r"'messages[^']*'", "'input'", exc.message)
-    for old, new in RENAMES.items():          # "Response_format is..." too
-        message = re.sub(re.escape(old), lambda m, new=new: new[:1].upper() + new[1:] if m.group(0)[0].isupper()
-                         else new, message, flags=re.IGNORECASE)
+    """A chat refusal as the Responses request names its fields: its param, and each
+    field the message quotes ('messages[2].content' is 'input', as message indexes do
+    not match input indexes; 'response_format' is 'text.format'...)."""
+    message = exc.message
+    if exc.param is not None:
+        message = message.replace(f"'{exc.param}'", f"'{responses_param(exc.param)}'")
+    for old, new in RENAMES.items():
+        message = message.replace(f"'{old}", f"'{new}")
     return errors.APIError(message, status=exc.status, type=exc.type, param=responses_param(exc.param),
                            code=exc.code)
 
