@@ -84,10 +84,7 @@ def _require_key(key: str):
 
 async def _api_error(exc: APIError) -> Response:
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
-    if exc.status in (401, 403):
-        # refused before its body was read: the connection cannot carry another request
-        headers["Connection"] = "close"
-    return json_response(exc.envelope(), exc.status, headers or None)
+    return json_response(exc.envelope(), exc.status, _closing(exc.status, headers) or None)
 
 
 async def _http_error(exc: HTTPException) -> Response:
@@ -103,9 +100,19 @@ async def _http_error(exc: HTTPException) -> Response:
         message = exc.description or exc.name
     kind = errors.SERVER_ERROR if status >= 500 else errors.INVALID_REQUEST
     headers = {k: v for k, v in exc.get_headers() if k.lower() != "content-type"}
-    if status == 413:          # refused before the body was read: the connection cannot carry another request
+    return json_response(errors.envelope(message, kind, None, _HTTP_CODES.get(status)), status,
+                         _closing(status, headers))
+
+
+_UNREAD = (401, 403, 413)       # refused before the body was read
+
+
+def _closing(status: int, headers: dict[str, str]) -> dict[str, str]:
+    """`headers`, with Connection: close for a refusal sent before the body was read:
+    the connection cannot carry another request."""
+    if status in _UNREAD:
         headers["Connection"] = "close"
-    return json_response(errors.envelope(message, kind, None, _HTTP_CODES.get(status)), status, headers)
+    return headers
 
 
 async def _crash(exc: Exception) -> Response:

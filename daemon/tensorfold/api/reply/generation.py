@@ -21,7 +21,8 @@ from typing import Any, Protocol
 from ...engine.types import Delta, Finish, FinishReason, Request
 from .. import errors
 from ..edge.access_log import note_usage
-from .sse import DONE, event
+from ..lifecycle import counted
+from .sse import DONE, event, json_response, sse_response
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +92,6 @@ async def respond(engine: Generator, request: Request, shape: Shape, stream: boo
                   usage_chunk: bool = False) -> Any:
     """The HTTP response for `request`: server-sent events when `stream` (counted by the
     app's shutdown drain), else one JSON body."""
-    from ..lifecycle import counted
-    from .sse import json_response, sse_response
-
     if stream:
         return sse_response(counted(stream_reply(engine, request, shape, usage_chunk=usage_chunk)))
     return json_response(await whole_reply(engine, request, shape))

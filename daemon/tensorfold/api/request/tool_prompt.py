@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from ...parsers import parser_for_template
@@ -50,10 +49,9 @@ class ToolFormat:
     builtin: bool = False
 
 
-@lru_cache(maxsize=16)
 def tool_format(chat_template: str | None, tool_parser: str | None) -> ToolFormat:
-    """The format for a checkpoint's template and the server's --tool-parser (the same
-    for every request of a server: cached, not sniffed again per call)."""
+    """The format for a checkpoint's template and the server's --tool-parser (read once
+    per server, into its chat format: chat_format.py)."""
     template = chat_template or ""
     native = parser_for_template(template)
     chatml = native is None and CHATML in template
