@@ -40,7 +40,7 @@ class Model(C.Structure):
                                                  "vocab", "max_pos", "block_size", "threads")] + [
         ("eps", C.c_float), ("layer", C.POINTER(Layer)), ("embed", Weight), ("head", Weight),
         ("norm", C.c_void_p), ("cos", C.c_void_p), ("sin", C.c_void_p), ("kv", C.c_void_p),
-        ("block_stride", C.c_int64)]
+        ("block_stride", C.c_int64), ("kv_stride", C.c_int64)]
 
 
 _SIGNATURES = {

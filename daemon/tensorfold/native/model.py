@@ -94,6 +94,8 @@ class NativeModel:
         m.norm = self._f32(w["model.norm.weight"])
         cos, sin = rope_tables(inverse_frequencies(a), a.max_positions)
         m.cos, m.sin = self._f32(cos.numpy()), self._f32(sin.numpy())
+        if a.head_dim % 8 or a.head_dim > 512:
+            raise CheckpointError(f"head_dim {a.head_dim}: the CPU engine takes a multiple of 8 up to 512")
         if m.embed.n != a.vocab_size or m.head.n != a.vocab_size:
             raise CheckpointError(f"embedding rows {m.embed.n} / head rows {m.head.n} differ from the vocabulary "
                                   f"size {a.vocab_size}")
@@ -118,17 +120,25 @@ class NativeModel:
         return 2 * a.layers * a.kv_heads * a.head_dim * 2
 
     def allocate_kv(self, num_blocks: int, block_size: int) -> None:
+        """A KV map of `num_blocks` blocks, laid out layer by layer (tf_kernels.h): each
+        layer's keys of all blocks, then its values, a block's part of each padded to
+        whole pages, so a block's memory can go back to the system by itself."""
+        if block_size % 16:
+            raise ValueError(f"block_size {block_size}: the CPU engine takes a multiple of 16")
         a = self.args
-        stride = 2 * a.layers * a.kv_heads * block_size * a.head_dim         # fp16 elements per block
+        page = mmap.PAGESIZE // 2                                     # fp16 elements per page
+        block = -(-a.kv_heads * block_size * a.head_dim // page) * page
         if self._kv is not None:
             self.struct.kv = None
             self._kv_view = None
             self._kv.close()
         # private anonymous memory: the system backs a page when a sequence first writes it
-        self._kv = mmap.mmap(-1, max(1, num_blocks * stride * 2), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self._kv = mmap.mmap(-1, max(1, 2 * a.layers * num_blocks * block * 2),
+                             flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self._kv_view = (C.c_char * len(self._kv)).from_buffer(self._kv)
         self.struct.kv = C.addressof(self._kv_view)
-        self.struct.block_stride = stride
+        self.struct.block_stride = block
+        self.struct.kv_stride = num_blocks * block
         self.struct.block_size = block_size
         self.num_blocks = num_blocks
 
@@ -137,12 +147,16 @@ class NativeModel:
         and are backed again when a sequence writes them)."""
         if self._kv is None or not blocks:
             return
-        size, page = self.struct.block_stride * 2, mmap.PAGESIZE
-        for b in blocks:
-            start = -(-(b * size) // page) * page           # whole pages inside the block only
-            end = (b + 1) * size // page * page
-            if end > start:
-                self._kv.madvise(mmap.MADV_DONTNEED, start, end - start)
+        size, region = self.struct.block_stride * 2, self.struct.kv_stride * 2
+        runs: list[list[int]] = []                     # neighbouring blocks: one call per layer half
+        for b in sorted(set(blocks)):
+            if runs and runs[-1][1] == b:
+                runs[-1][1] = b + 1
+            else:
+                runs.append([b, b + 1])
+        for first, end in runs:
+            for half in range(2 * self.args.layers):
+                self._kv.madvise(mmap.MADV_DONTNEED, half * region + first * size, (end - first) * size)
 
     # -- forward -------------------------------------------------------------------
     def forward(self, tokens: np.ndarray, pos: np.ndarray, tab_off: np.ndarray, tables: np.ndarray,

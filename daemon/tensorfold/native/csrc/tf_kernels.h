@@ -88,8 +88,13 @@ typedef struct {
     tf_weight embed, head;
     const float *norm;
     const float *cos, *sin;             /* [max_pos, head_dim], rotate-half layout */
-    uint16_t *kv;                       /* fp16; block b, layer l: k then v, [kv_heads, B, head_dim] */
-    int64_t block_stride;               /* uint16 elements per block (all layers, k and v) */
+    /* fp16 KV, layer by layer: layer l's keys of blocks 0, 1, ... at kv + 2*l*kv_stride
+     * (block b's [kv_heads, head_dim, B] b*block_stride further), then its values at
+     * kv + (2*l + 1)*kv_stride (block b's [kv_heads, B, head_dim]).  A sequence's
+     * keys of one layer lie together when its blocks are neighbours. */
+    uint16_t *kv;
+    int64_t block_stride;               /* uint16 elements from a block's keys (or values) to the next's */
+    int64_t kv_stride;                  /* uint16 elements from a layer's keys to its values */
 } tf_model;
 
 #endif

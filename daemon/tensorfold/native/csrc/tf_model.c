@@ -171,13 +171,13 @@ static void row_step(fwd *f, int64_t r) {
             if (hh < H)
                 for (int i = 0; i < D; i++) x[i] = x[i] * scale;
         }
-        int B = m->block_size;
-        uint16_t *blk = m->kv + (int64_t)f->tables[f->tab_off[r] + p / B] * m->block_stride
-                        + (int64_t)f->layer * 2 * KV * B * D;
+        int B = m->block_size, at = p % B;
+        int64_t blk = (int64_t)f->tables[f->tab_off[r] + p / B] * m->block_stride;
+        uint16_t *kd = m->kv + 2 * f->layer * m->kv_stride + blk, *vd = kd + m->kv_stride, h[512];
         for (int hh = 0; hh < KV; hh++) {
-            uint16_t *kd = blk + ((int64_t)hh * B + p % B) * D, *vd = kd + (int64_t)KV * B * D;
-            tf_f2h_row(k + hh * D, kd, D);
-            tf_f2h_row(v + hh * D, vd, D);
+            tf_f2h_row(k + hh * D, h, D);                           /* keys by dimension */
+            for (int i = 0; i < D; i++) kd[((int64_t)hh * D + i) * B + at] = h[i];
+            tf_f2h_row(v + hh * D, vd + ((int64_t)hh * B + at) * D, D);
         }
         break;
     }
@@ -206,8 +206,7 @@ static void attn_job(void *p, int ith, int nth) {
     if (a >= b) return;
     int maxpos = 0;
     for (int64_t i = a; i < b; i++) maxpos = MAX(maxpos, t->pos[i / t->kv_heads]);
-    int G = t->heads / t->kv_heads;
-    float *scratch = malloc(sizeof(float) * (size_t)G * ((size_t)maxpos + 1 + (size_t)t->head_dim));
+    float *scratch = malloc(sizeof(float) * (size_t)tf_attend_scratch(t, maxpos));
     if (!scratch) abort();
     for (int64_t i = a; i < b; i++) tf_attend(t, (int)(i / t->kv_heads), (int)(i % t->kv_heads), scratch);
     free(scratch);
@@ -244,9 +243,9 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
             linear(qkv, 3, f.h, rows, f.qkv, QKV, 0, &sc, f.threads);
             run_rows(&f, S_QK, rows);
             int B = m->block_size;
+            const uint16_t *keys = m->kv + 2 * l * m->kv_stride;
             tf_attn at = {f.qkv, f.att, rows, H, KV, D, B, QKV, H * D, pos, tab_off, tables,
-                          m->kv + (int64_t)l * 2 * KV * B * D, m->kv + (int64_t)l * 2 * KV * B * D + (int64_t)KV * B * D,
-                          m->block_stride};
+                          keys, keys + m->kv_stride, m->block_stride};
             f.at = at;
             tf_pool_run(attn_job, &f, f.threads);
             linear(&o, 1, f.att, rows, f.x, E, 1, &sc, f.threads);

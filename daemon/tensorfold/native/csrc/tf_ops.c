@@ -3,6 +3,7 @@
  * (-ffp-contract=off): every reduction is written with explicit lanes
  * (tree8), so the compiler may vectorize lanes but never reorders a sum. */
 #include "tf_ops.h"
+#include "tf_dot.h"
 #include "tf_lanes.h"
 
 #include <math.h>
@@ -202,13 +203,14 @@ void tf_set_soft_fp16(int soft) {
 
 /* ---------------------------------------------------------------- attention */
 
-static inline void prefetch(const uint16_t *p, int n) {      /* the next block's lines, while this one runs */
+static inline void prefetch(const uint16_t *p, int n) {      /* a block's lines, ahead of their use */
     for (int i = 0; i < n; i += 32) __builtin_prefetch(p + i);
 }
 
-/* Attention reads the fp16 keys and values where they lie, eight at a time widened
- * exactly to fp32 (H8), and multiply-adds lane by lane with one rounding (FMA8), so
- * one instance per instruction set gives the same bits. */
+/* Attention widens the fp16 keys and values exactly to fp32 as it reads them (H)
+ * and multiply-adds lane by lane with one rounding (FMA).  Each key's score, and
+ * each output element, is a chain alone in its lane, so the vector width and how
+ * many query heads share a widened vector change only the speed. */
 static inline v8f fma8_soft(v8f a, v8f b, v8f c) {
     v8f r;
     for (int l = 0; l < 8; l++) r[l] = fmaf(a[l], b[l], c[l]);
@@ -219,6 +221,8 @@ static inline v8f h8_soft(const uint16_t *p) {
     for (int i = 0; i < 8; i++) v[i] = tf_h2f(p[i]);
     return v;
 }
+static inline v8f bcast8(float x) { v8f v = {x, x, x, x, x, x, x, x}; return v; }
+static inline void store8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
 #ifdef TF_X86
 TF_AVX2 TF_INLINE v8f fma8_avx2(v8f a, v8f b, v8f c) {
     return (v8f)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
@@ -226,6 +230,17 @@ TF_AVX2 TF_INLINE v8f fma8_avx2(v8f a, v8f b, v8f c) {
 TF_AVX2 TF_INLINE v8f h8_f16c(const uint16_t *p) {
     return (v8f)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
+typedef float v16f __attribute__((vector_size(64)));
+#define TF_AVX512 __attribute__((target("avx2,fma,f16c,avx512f")))
+TF_AVX512 TF_INLINE v16f fma16(v16f a, v16f b, v16f c) {
+    return (v16f)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+}
+TF_AVX512 TF_INLINE v16f h16(const uint16_t *p) {
+    return (v16f)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+TF_AVX512 TF_INLINE v16f bcast16(float x) { return (v16f)_mm512_set1_ps(x); }
+TF_AVX512 TF_INLINE v16f load16(const float *p) { return (v16f)_mm512_loadu_ps(p); }
+TF_AVX512 TF_INLINE void store16(float *p, v16f v) { _mm512_storeu_ps(p, (__m512)v); }
 #endif
 #ifdef TF_NEON
 static inline v8f h8_neon(const uint16_t *p) {
@@ -236,103 +251,126 @@ static inline v8f h8_neon(const uint16_t *p) {
 }
 #endif
 
-/* Each of G rows of L scores as exp(s - max), and den[g] their lanes8 sum. */
-TF_CLONES void tf_softmax_rows(float *s, int G, int L, float *den) {
+/* Each of G rows of L scores (row g at s + g*stride) as exp(s - max), and den[g]
+ * their lanes8 sum. */
+TF_CLONES void tf_softmax_rows(float *s, int G, int L, int stride, float *den) {
     for (int g = 0; g < G; g++) {
-        float *sg = s + (int64_t)g * L;
+        float *sg = s + (int64_t)g * stride;
         float mx = max8(sg, L);
         for (int j = 0; j < L; j++) sg[j] = exp_(sg[j] - mx);
         den[g] = sum8(sg, L);
     }
 }
 
-/* One query row and one kv head: the G query heads that share it, over keys
- * 0..pos of the row's sequence.  Scores: lanes8 dots whose lanes multiply-add with
- * one rounding (eight keys' chains side by side, tree8x8); softmax with max8 /
- * exp_ / sum8; then o[i] = fma(w[j], v[j][i], o[i]) for j in order, 64 elements of o
- * at a time held in registers. */
-#define TF_ATTEND(NAME, ATTR, H8, FMA8)                                                                    \
-ATTR static void NAME(const tf_attn *t, int row, int kvh, float *scratch) {                         \
-    int d = t->head_dim, G = t->heads / t->kv_heads, B = t->block_size, L = t->pos[row] + 1;        \
-    const int32_t *table = t->tables + t->tab_off[row];                                             \
-    float *s = scratch, *o = s + (int64_t)G * L;            /* [G, L], [G, d] */                    \
-    const float *q = t->q + (int64_t)row * t->q_stride + kvh * G * d;                               \
-    int64_t head = (int64_t)kvh * B * d;                                                            \
-    for (int j0 = 0; j0 < L; j0 += B) {                                                             \
-        int nj = L - j0 < B ? L - j0 : B;                                                           \
-        const uint16_t *kb = t->k + (int64_t)table[j0 / B] * t->block_stride + head;                \
-        if (j0 + B < L) prefetch(t->k + (int64_t)table[j0 / B + 1] * t->block_stride + head, B * d); \
-        int j = 0;                                                                                  \
-        for (; j + 8 <= nj; j += 8)                                                                 \
-            for (int g = 0; g < G; g++) {                                                           \
-                const float *qg = q + g * d;                                                        \
-                v8f c[8] = {{0}};                                                                   \
-                for (int i = 0; i < d; i += 8) {                                                    \
-                    v8f x = load8(qg + i);                                                          \
-                    for (int p = 0; p < 8; p++) c[p] = FMA8(x, H8(kb + (int64_t)(j + p) * d + i), c[p]); \
-                }                                                                                   \
-                v8f r = tree8x8(c);                                                                 \
-                memcpy(s + (int64_t)g * L + j0 + j, &r, sizeof r);                                  \
-            }                                                                                       \
-        for (; j < nj; j++)                                                                         \
-            for (int g = 0; g < G; g++) {                                                           \
-                v8f c = {0};                                                                        \
-                for (int i = 0; i < d; i += 8) c = FMA8(load8(q + g * d + i), H8(kb + (int64_t)j * d + i), c); \
-                s[(int64_t)g * L + j0 + j] = tree8v(c);                                             \
-            }                                                                                       \
-    }                                                                                               \
-    float den[64];                                                                                  \
-    tf_softmax_rows(s, G, L, den);                                                                  \
-    memset(o, 0, sizeof(float) * G * d);                                                            \
-    for (int j0 = 0; j0 < L; j0 += B) {                                                             \
-        int nj = L - j0 < B ? L - j0 : B;                                                           \
-        const uint16_t *vb = t->v + (int64_t)table[j0 / B] * t->block_stride + head;                \
-        if (j0 + B < L) prefetch(t->v + (int64_t)table[j0 / B + 1] * t->block_stride + head, B * d); \
-        for (int g = 0; g < G; g++) {                                                               \
-            const float *w = s + (int64_t)g * L + j0;                                               \
-            float *og = o + g * d;                                                                  \
-            int c = 0;                                                                              \
-            for (; c + 64 <= d; c += 64) {                                                          \
-                v8f a[8];                                                                           \
-                for (int u = 0; u < 8; u++) a[u] = load8(og + c + 8 * u);                           \
-                for (int j = 0; j < nj; j++) {                                                      \
-                    v8f x = {w[j], w[j], w[j], w[j], w[j], w[j], w[j], w[j]};                       \
-                    for (int u = 0; u < 8; u++) a[u] = FMA8(x, H8(vb + (int64_t)j * d + c + 8 * u), a[u]); \
-                }                                                                                   \
-                memcpy(og + c, a, sizeof a);                                                        \
-            }                                                                                       \
-            for (; c < d; c += 8) {                                                                 \
-                v8f a = load8(og + c);                                                              \
-                for (int j = 0; j < nj; j++) {                                                      \
-                    v8f x = {w[j], w[j], w[j], w[j], w[j], w[j], w[j], w[j]};                       \
-                    a = FMA8(x, H8(vb + (int64_t)j * d + c), a);                                    \
-                }                                                                                   \
-                memcpy(og + c, &a, sizeof a);                                                       \
-            }                                                                                       \
-        }                                                                                           \
-    }                                                                                               \
-    float *dst = t->out + (int64_t)row * t->out_stride + kvh * G * d;                               \
-    for (int g = 0; g < G; g++)                                                                     \
-        for (int i = 0; i < d; i++) dst[g * d + i] = o[g * d + i] / den[g] + 0.0f;                  \
+/* Scores of keys j.. (one per vector lane) of block kb ([head_dim, B]: keys by
+ * dimension) for the GN query heads from g0: lane chain l multiply-adds q[i] * k[i]
+ * for i = l, l+8, ... in order, then tree8 over the eight chains (the lanes8 dot). */
+#define QK_KEYS(VT, H, FMA, BCAST, STORE, GN)                                                     \
+    do {                                                                                          \
+        VT c[GN][8];                                                                              \
+        memset(c, 0, sizeof c);                                                                   \
+        for (int i = 0; i < d; i += 8)                                                            \
+            for (int l = 0; l < 8; l++) {                                                         \
+                VT k = H(kb + (int64_t)(i + l) * B + j);                                          \
+                for (int gi = 0; gi < GN; gi++)                                                   \
+                    c[gi][l] = FMA(BCAST(q[(g0 + gi) * d + i + l]), k, c[gi][l]);                 \
+            }                                                                                     \
+        for (int gi = 0; gi < GN; gi++)                                                           \
+            STORE(s + (int64_t)(g0 + gi) * Lp + j0 + j,                                           \
+                  ((c[gi][0] + c[gi][1]) + (c[gi][2] + c[gi][3])) + ((c[gi][4] + c[gi][5]) + (c[gi][6] + c[gi][7]))); \
+    } while (0)
+
+/* o[g][c + i] = fma(w[g][j], v[j][c + i], o[g][c + i]) for the nj values j of block vb
+ * ([B, head_dim]) in order, i < W * NV, for the GN query heads from g0. */
+#define PV_ROWS(VT, W, H, FMA, BCAST, LOAD, STORE, GN, NV)                                        \
+    do {                                                                                          \
+        for (int c = 0; c < d; c += W * NV) {                                                     \
+            VT a[GN][NV];                                                                         \
+            for (int gi = 0; gi < GN; gi++)                                                       \
+                for (int u = 0; u < NV; u++) a[gi][u] = LOAD(o + (g0 + gi) * d + c + W * u);    \
+            for (int j = 0; j < nj; j++) {                                                        \
+                VT v[NV];                                                                         \
+                for (int u = 0; u < NV; u++) v[u] = H(vb + (int64_t)j * d + c + W * u);          \
+                for (int gi = 0; gi < GN; gi++) {                                                 \
+                    VT x = BCAST(s[(int64_t)(g0 + gi) * Lp + j0 + j]);                            \
+                    for (int u = 0; u < NV; u++) a[gi][u] = FMA(x, v[u], a[gi][u]);              \
+                }                                                                                 \
+            }                                                                                     \
+            for (int gi = 0; gi < GN; gi++)                                                       \
+                for (int u = 0; u < NV; u++) STORE(o + (g0 + gi) * d + c + W * u, a[gi][u]);     \
+        }                                                                                         \
+    } while (0)
+
+/* STEP(gn) for the next gn = min(G - g0, MAXG) query heads, MAXG <= 3 */
+#define BY_HEADS(MAXG, STEP)                                                                      \
+    do {                                                                                          \
+        int gn_ = G - g0 < MAXG ? G - g0 : MAXG;                                                  \
+        if (gn_ == 3) STEP(3); else if (gn_ == 2) STEP(2); else STEP(1);                          \
+    } while (0)
+
+/* One query row and one kv head: the G query heads that share it, over keys 0..pos of
+ * the row's sequence: scores W keys at a time (QK(gn), QG heads per widened key),
+ * softmax with max8 / exp_ / sum8, the weighted values (PV(gn), PG heads per
+ * widened value), o / den.  W divides the block size (16 does). */
+#define TF_ATTEND(NAME, ATTR, W, QK, QG, PV, PG)                                                  \
+ATTR static void NAME(const tf_attn *t, int row, int kvh, float *scratch) {                       \
+    int d = t->head_dim, G = t->heads / t->kv_heads, B = t->block_size, L = t->pos[row] + 1;      \
+    int Lp = (L + B - 1) / B * B;                                                                 \
+    const int32_t *table = t->tables + t->tab_off[row];                                           \
+    float *s = scratch, *o = s + (int64_t)G * Lp;                  /* [G, Lp], [G, d] */         \
+    const float *q = t->q + (int64_t)row * t->q_stride + kvh * G * d;                             \
+    int64_t head = (int64_t)kvh * B * d;                                                          \
+    for (int j0 = 0; j0 < L; j0 += B) {                                                           \
+        int nj = L - j0 < B ? L - j0 : B;                                                         \
+        const uint16_t *kb = t->k + (int64_t)table[j0 / B] * t->block_stride + head;              \
+        if (j0 + 2 * B < L) prefetch(t->k + (int64_t)table[j0 / B + 2] * t->block_stride + head, B * d); \
+        for (int j = 0; j < nj; j += W)                                                           \
+            for (int g0 = 0; g0 < G; g0 += QG) BY_HEADS(QG, QK);                                  \
+    }                                                                                             \
+    float den[64];                                                                                \
+    tf_softmax_rows(s, G, L, Lp, den);                                                            \
+    memset(o, 0, sizeof(float) * G * d);                                                          \
+    for (int j0 = 0; j0 < L; j0 += B) {                                                           \
+        int nj = L - j0 < B ? L - j0 : B;                                                         \
+        const uint16_t *vb = t->v + (int64_t)table[j0 / B] * t->block_stride + head;              \
+        if (j0 + 2 * B < L) prefetch(t->v + (int64_t)table[j0 / B + 2] * t->block_stride + head, B * d); \
+        for (int g0 = 0; g0 < G; g0 += PG) BY_HEADS(PG, PV);                                      \
+    }                                                                                             \
+    float *dst = t->out + (int64_t)row * t->out_stride + kvh * G * d;                             \
+    for (int g = 0; g < G; g++)                                                                   \
+        for (int i = 0; i < d; i++) dst[g * d + i] = o[g * d + i] / den[g] + 0.0f;                \
 }
-TF_ATTEND(attend_soft, , h8_soft, fma8_soft)
+
+#define QK_SOFT(GN) QK_KEYS(v8f, h8_soft, fma8_soft, bcast8, store8, GN)
+#define PV_SOFT(GN) PV_ROWS(v8f, 8, h8_soft, fma8_soft, bcast8, load8, store8, GN, 1)
+TF_ATTEND(attend_soft, , 8, QK_SOFT, 1, PV_SOFT, 1)
 #ifdef TF_X86
-TF_ATTEND(attend_f16c, TF_AVX2, h8_f16c, fma8_avx2)
+#define QK_AVX2(GN) QK_KEYS(v8f, h8_f16c, fma8_avx2, bcast8, store8, GN)
+#define PV_AVX2(GN) PV_ROWS(v8f, 8, h8_f16c, fma8_avx2, bcast8, load8, store8, GN, 4)
+TF_ATTEND(attend_avx2, TF_AVX2, 8, QK_AVX2, 1, PV_AVX2, 2)
+#define QK_AVX512(GN) QK_KEYS(v16f, h16, fma16, bcast16, store16, GN)
+#define PV_AVX512(GN) PV_ROWS(v16f, 16, h16, fma16, bcast16, load16, store16, GN, 4)
+TF_ATTEND(attend_avx512, TF_AVX512, 16, QK_AVX512, 3, PV_AVX512, 3)
 #endif
 #ifdef TF_NEON
-TF_ATTEND(attend_neon, , h8_neon, fma8_soft)
+#define QK_NEON(GN) QK_KEYS(v8f, h8_neon, fma8_soft, bcast8, store8, GN)
+#define PV_NEON(GN) PV_ROWS(v8f, 8, h8_neon, fma8_soft, bcast8, load8, store8, GN, 4)
+TF_ATTEND(attend_neon, , 8, QK_NEON, 1, PV_NEON, 2)
 #endif
 
+int64_t tf_attend_scratch(const tf_attn *t, int pos) {
+    int G = t->heads / t->kv_heads, B = t->block_size;
+    return (int64_t)G * ((pos + B) / B * B + t->head_dim);
+}
+
 void tf_attend(const tf_attn *t, int row, int kvh, float *scratch) {
-    if (fp16_fast()) {
+    int d = t->head_dim, isa = fp16_fast() ? tf_isa() : 0;
 #ifdef TF_X86
-        attend_f16c(t, row, kvh, scratch);
-        return;
+    if (isa == 2 && d % 64 == 0) { attend_avx512(t, row, kvh, scratch); return; }
+    if (isa >= 1 && d % 32 == 0) { attend_avx2(t, row, kvh, scratch); return; }
 #endif
 #ifdef TF_NEON
-        attend_neon(t, row, kvh, scratch);
-        return;
+    if (isa == 3 && d % 32 == 0) { attend_neon(t, row, kvh, scratch); return; }
 #endif
-    }
     attend_soft(t, row, kvh, scratch);
 }

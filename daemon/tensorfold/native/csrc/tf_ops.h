@@ -11,13 +11,13 @@ typedef struct {
     const int32_t *pos;        /* [rows] */
     const int32_t *tab_off;    /* [rows]: where the row's block table starts in `tables` */
     const int32_t *tables;
-    const uint16_t *k, *v;     /* block 0's keys and values of this layer: [kv_heads, B, head_dim] */
-    int64_t block_stride;      /* uint16 elements from one block to the next */
+    const uint16_t *k, *v;     /* block 0's keys [kv_heads, head_dim, B] and values [kv_heads, B, head_dim] of this layer */
+    int64_t block_stride;      /* uint16 elements from one block's keys (or values) to the next's */
 } tf_attn;
 
 float tf_exp(float x);
-/* each of G rows of L scores as exp(s - max), den[g] their lanes8 sum (attention) */
-void tf_softmax_rows(float *s, int G, int L, float *den);
+/* each of G rows of L scores (stride apart) as exp(s - max), den[g] their lanes8 sum (attention) */
+void tf_softmax_rows(float *s, int G, int L, int stride, float *den);
 void tf_silu_mul(const float *g, const float *u, float *out, int64_t n);
 void tf_rms_norm(const float *x, const float *w, float eps, int k, float *out);
 void tf_rope(float *x, const float *c, const float *s, int d);
@@ -25,7 +25,8 @@ uint16_t tf_f2h(float f);
 float tf_h2f(uint16_t h);
 void tf_f2h_row(const float *f, uint16_t *h, int n);
 void tf_set_soft_fp16(int soft);      /* 1: fp16 conversions in plain C (tests) */
-/* scratch: (heads/kv_heads) * (pos+1 + head_dim) floats */
+/* floats of scratch tf_attend needs for rows at positions up to pos */
+int64_t tf_attend_scratch(const tf_attn *t, int pos);
 void tf_attend(const tf_attn *t, int row, int kvh, float *scratch);
 
 #endif
