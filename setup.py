@@ -13,7 +13,10 @@ from pathlib import Path
 from setuptools import Extension, setup
 
 src = Path("daemon/tensorfold/native/csrc")
-flags = ["-std=c11", "-O3", "-ffp-contract=off", "-fno-math-errno", "-fvisibility=default"]
+# -fno-wrapv undoes the -fwrapv of Python's own CFLAGS, which setuptools passes first: with
+# wrapping int arithmetic the compiler cannot widen the kernels' index expressions, and
+# attention ran 1.5x slower.
+flags = ["-std=c11", "-O3", "-fno-wrapv", "-ffp-contract=off", "-fno-math-errno", "-fvisibility=default"]
 if sys.platform == "win32":
     flags = ["/O2", "/fp:precise"]
 
