@@ -27,6 +27,7 @@ from ...engine.types import Priority, Request, SamplingParams
 from .. import errors
 from .chat_format import ChatFormat
 from .messages import demote_later_system, template_messages
+from .names import field_name
 from .parsing import off_loop
 from .priority import request_priority
 from .schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
@@ -75,8 +76,8 @@ def chat_request(body: ChatCompletionRequest, engine: EngineView, config: Server
         explicit, param = body.max_completion_tokens, "max_completion_tokens"
     else:
         explicit, param = body.max_tokens, "max_tokens"
-    limit = fit_reply_limit(len(prompt), engine.context_length, explicit, param,
-                            config.max_tokens, prompt_param="messages", memory_limited=memory_limited(engine))
+    limit = fit_reply_limit(len(prompt), engine.context_length, explicit, field_name(param), config.max_tokens,
+                            prompt_param=field_name("messages"), memory_limited=memory_limited(engine))
     request = build_request(request_id, prompt, body, config.sampling, limit, engine.tokenizer.vocab_size,
                             request_priority(body.priority, messages))
     budget = thinking_budget_rule(chat, engine.tokenizer, kwargs, body.thinking_budget,
@@ -164,7 +165,7 @@ def render_prompt(tokenizer: ChatTokenizer, messages: list[dict[str, Any]],
 
 def _template_refused(exc: TemplateError) -> errors.APIError:
     return errors.invalid(f"The chat template could not render this request: {exc}",
-                          param="messages", code=errors.TEMPLATE_ERROR)
+                          param=field_name("messages"), code=errors.TEMPLATE_ERROR)
 
 
 def check_token_ids(ids: Sequence[int], vocab_size: int) -> list[int]:

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import errors
+from .names import field_name
 from .parsing import loads_bounded
 from .schemas import Message, ToolCall
 
@@ -64,16 +65,18 @@ def demote_later_system(messages: Sequence[Mapping[str, Any]]) -> list[dict[str,
 
 
 def _check_roles(i: int, m: Message) -> None:
-    where = f"messages[{i}]"
+    def field(name: str) -> str:
+        return field_name(f"messages[{i}].{name}")
+
     if m.tool_calls is not None and m.role != "assistant":
-        raise errors.invalid(f"Invalid '{where}.tool_calls': only assistant messages carry tool calls",
-                             param=f"{where}.tool_calls")
+        raise errors.invalid(f"Invalid '{field('tool_calls')}': only assistant messages carry tool calls",
+                             param=field("tool_calls"))
     if m.role == "tool" and not m.tool_call_id:
-        raise errors.invalid(f"Missing required parameter: '{where}.tool_call_id' (tool messages answer a call)",
-                             param=f"{where}.tool_call_id", code=errors.MISSING)
+        raise errors.invalid(f"Missing required parameter: '{field('tool_call_id')}' (tool messages answer a call)",
+                             param=field("tool_call_id"), code=errors.MISSING)
     if m.content is None and not (m.role == "assistant" and m.tool_calls):
-        raise errors.invalid(f"Missing required parameter: '{where}.content'",
-                             param=f"{where}.content", code=errors.MISSING)
+        raise errors.invalid(f"Missing required parameter: '{field('content')}'",
+                             param=field("content"), code=errors.MISSING)
 
 
 def _as_dict(m: Message) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from ...config import Limits
 from .. import errors
 from ..errors import APIError
+from .names import field_name
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -195,6 +196,8 @@ def error_from(exc: ValidationError) -> APIError:
     # Locations of union members and tagged choices are type names, not fields.
     loc = tuple(p for p in first["loc"] if isinstance(p, int) or not _is_type_tag(p))
     param = param_name(loc)
+    if param is not None:
+        param = field_name(param)
     kind = first["type"]
     if kind in _MESSAGES:
         text, code = _MESSAGES[kind]

@@ -23,6 +23,7 @@ from ...engine.types import Request
 from ...grammar import GrammarBusy, GrammarError, GrammarSpec, GrammarTimeout, GrammarUnavailable
 from .. import errors
 from .limits import check_grammar
+from .names import field_name
 from .tool_force import forces_call, offered
 from .tool_prompt import ToolFormat
 from .tool_strict import forced_call_spec
@@ -36,9 +37,9 @@ def grammar_request(body: Any) -> tuple[str, Any, str] | None:
     found: list[tuple[str, str, Any]] = []
     fmt = body.response_format
     if fmt is not None and fmt["type"] == "json_object":
-        found.append(("response_format", "json_object", None))
+        found.append((field_name("response_format"), "json_object", None))
     elif fmt is not None and fmt["type"] == "json_schema":
-        found.append(("response_format", "json_schema", fmt["json_schema"]["schema"]))
+        found.append((field_name("response_format"), "json_schema", fmt["json_schema"]["schema"]))
     for field, kind in (("guided_json", "json_schema"), ("guided_regex", "regex"),
                         ("guided_choice", "choice"), ("guided_grammar", "ebnf")):
         if getattr(body, field) is not None:

@@ -15,28 +15,29 @@ items become messages (items.py), and the fields map onto chat's:
     temperature, top_p, top_k, min_p, seed, stop, ignore_eos, draft,
     thinking_budget, chat_template_kwargs, priority, parallel_tool_calls: as sent
 
-The chat schema and build.chat_request then judge the request exactly as
-they judge a chat request; their refusals come back with the Responses names
-of the fields (`as_responses_errors`).
+The chat schema and build.prepare_chat then judge the request exactly as they
+judge a chat request, speaking the Responses names of the fields (RESPONSES_NAMES,
+request/names.py), so their refusals name the fields this request sent.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from ...config import SamplingDefaults
 from .. import errors
+from ..request.names import Vocabulary
 from ..request.schemas import ChatCompletionRequest
 from .items import items_to_messages
 from .objects import ResponseHead
 from .schemas import ResponsesRequest
 
-# chat field -> Responses field, in params and messages
-RENAMES = {"max_completion_tokens": "max_output_tokens", "response_format": "text.format",
-           "reasoning_effort": "reasoning.effort"}
+# chat field -> (Responses field, whether the path below it carries over); 'messages'
+# is 'input' whole, as message indexes do not match input item indexes
+RESPONSES_NAMES: Vocabulary = {
+    "messages": ("input", False), "max_completion_tokens": ("max_output_tokens", False),
+    "max_tokens": ("max_output_tokens", False), "response_format": ("text.format", True),
+    "reasoning_effort": ("reasoning.effort", False)}
 
 
 def chat_body(body: ResponsesRequest, raw: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
@@ -110,37 +111,3 @@ def head(body: ResponsesRequest, chat: ChatCompletionRequest, model: str, respon
         user=body.user,
         ignored=body.ignored_fields,
     )
-
-
-def responses_param(param: str | None) -> str | None:
-    """A chat request's param as the Responses request names it."""
-    if param is None:
-        return None
-    field = re.match(r"[A-Za-z_]*", param).group(0)
-    if field == "messages":
-        return "input"                        # message indexes do not match input indexes
-    if field in RENAMES:
-        return RENAMES[field] + param[len(field):]
-    return param
-
-
-def responses_error(exc: errors.APIError) -> errors.APIError:
-    """A chat refusal as the Responses request names its fields: its param, and each
-    field the message quotes ('messages[2].content' is 'input', as message indexes do
-    not match input indexes; 'response_format' is 'text.format'...)."""
-    message = exc.message
-    if exc.param is not None:
-        message = message.replace(f"'{exc.param}'", f"'{responses_param(exc.param)}'")
-    for old, new in RENAMES.items():
-        message = message.replace(f"'{old}", f"'{new}")
-    return errors.APIError(message, status=exc.status, type=exc.type, param=responses_param(exc.param),
-                           code=exc.code)
-
-
-@contextmanager
-def as_responses_errors() -> Iterator[None]:
-    """Chat refusals raised inside, with the Responses names of their fields."""
-    try:
-        yield
-    except errors.APIError as exc:
-        raise responses_error(exc) from None

@@ -36,13 +36,14 @@ from ..reply.generation import GenerationFailed, check_finish, run_engine
 from ..reply.sse import json_response, sse_response
 from ..request.build import prepare_chat
 from ..request.limits import check_responses
+from ..request.names import speaking
 from ..request.parsing import off_loop, read_body, validate
 from ..request.schemas import ChatCompletionRequest
 from ..responses.builder import EventLog, OutputBuilder, PlainText, ReplyEvent, item_id
 from ..responses.items import normalize_input
 from ..responses.objects import ResponseHead, listing_entry, response_json, sse_frame
 from ..responses.schemas import ResponsesRequest
-from ..responses.to_chat import as_responses_errors, chat_body, head as response_head
+from ..responses.to_chat import RESPONSES_NAMES, chat_body, head as response_head
 from ..state import get_state
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ async def create_response() -> Response:
     raw = await read_body(state.config.limits.depth)
     body, model, history, chat = await off_loop(_validated, raw)
     response_id = item_id("resp")
-    with as_responses_errors():
+    with speaking(RESPONSES_NAMES):
         engine_request = await prepare_chat(state, chat, response_id)
     parser = reply_parser(state.engine.tokenizer, state.chat_format, chat, engine_request) or PlainText()
     run = ResponseRun(state.engine, engine_request, parser,
@@ -79,7 +80,7 @@ def _validated(raw: dict[str, Any]) -> tuple[ResponsesRequest, str, list[dict[st
     body = validate(ResponsesRequest, raw)
     model = state.resolve_model(body.model)
     history = _conversation(state.responses, body)
-    with as_responses_errors():
+    with speaking(RESPONSES_NAMES):
         chat = validate(ChatCompletionRequest, chat_body(body, raw, history))
     return body, model, history, chat
 
