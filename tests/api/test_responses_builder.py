@@ -205,7 +205,7 @@ def test_a_reply_parsers_events_build_the_same_items_in_any_chunking():
             '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "C"}}\n</tool_call>')
     outputs = []
     for size in (1, 5, len(text)):
-        parser = build_reply_parser("{{ tools }}<think></think><tool_call>", tools, new_id=lambda: "call_1")
+        parser = build_reply_parser(tools, tool_format="hermes", reasoning_format="think", new_id=lambda: "call_1")
         events = [e for i in range(0, len(text), size) for e in parser.feed(text[i:i + size])] + parser.end()
         stream_events, body = run(events)
         check_stream(stream_events)

@@ -14,12 +14,23 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from tensorfold.parsers import (TOOL_PARSERS, ContentDelta, FirstCallOnly, ReasoningDelta, Reply, ToolCall,
-                                ToolCallArgsDelta, ToolCallEnd, ToolCallStart, coalesce, collect,
-                                first_call_only, new_call_id, parser_for_template, reasoning_for_template,
-                                tool_schemas)
+from tensorfold.parsers import (REASONING_MARKERS, TOOL_PARSERS, ContentDelta, FirstCallOnly, ReasoningDelta, Reply,
+                                ToolCall, ToolCallArgsDelta, ToolCallEnd, ToolCallStart, build_reply_parser, coalesce,
+                                collect, first_call_only, new_call_id, parser_for_template, reasoning_for_template,
+                                starts_in_reasoning, tool_schemas)
 
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def template_parser(template, tools=None, *, prompt="", thinking=True, tool_format=None, reasoning_format=None,
+                    **kwargs):
+    """build_reply_parser with the formats read from `template` (as the server's ChatFormat
+    reads them), thinking unless `thinking` is False, starting inside a think block the
+    rendered `prompt` opened."""
+    name = (reasoning_format or reasoning_for_template(template)) if thinking else None
+    inside = name is not None and starts_in_reasoning(prompt, REASONING_MARKERS[name][0])
+    return build_reply_parser(tools, tool_format=tool_format or parser_for_template(template),
+                              reasoning_format=name, starts_inside=inside, **kwargs)
 
 
 def counter_ids():

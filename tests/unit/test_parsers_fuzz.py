@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorfold.parsers import TOOL_PARSERS, build_reply_parser, collect, parser_for_template
+from tensorfold.parsers import TOOL_PARSERS, collect, parser_for_template
 
 from .test_parsers_common import (GEMMA4_TEMPLATE, GLM_TEMPLATE, QWEN25_TEMPLATE, QWEN35_TEMPLATE,
-                                  assert_stream_matches, check_events, counter_ids, split)
+                                  assert_stream_matches, check_events, counter_ids, split, template_parser)
 
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
     "s": {"type": "string"}, "n": {"type": "integer"}, "a": {"type": "array"}, "b": {"type": "boolean"}}}}},
@@ -110,9 +110,9 @@ def test_first_call_only_any_chunking(name, data):
 def test_reply_parser_any_chunking(template, prompt, extra, data):
     text = data.draw(texts(parser_for_template(template), extra))
     cuts = data.draw(st.lists(st.integers(0, max(len(text), 1)), max_size=20))
-    whole = build_reply_parser(template, TOOLS, prompt=prompt, new_id=counter_ids()).parse(text)
+    whole = template_parser(template, TOOLS, prompt=prompt, new_id=counter_ids()).parse(text)
     for chunks in (list(text), split(text, cuts)):
-        parser = build_reply_parser(template, TOOLS, prompt=prompt, new_id=counter_ids())
+        parser = template_parser(template, TOOLS, prompt=prompt, new_id=counter_ids())
         events = []
         for c in chunks:
             events += parser.feed(c)

@@ -9,11 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tensorfold.parsers import (ContentDelta, GlmParser, HermesParser, QwenXmlParser, ReasoningDelta,
-                                ReasoningParser, Reply, ReplyParser, ToolCallEnd, ToolCallStart,
-                                build_reply_parser, collect)
+                                ReasoningParser, Reply, ReplyParser, ToolCallEnd, ToolCallStart, collect)
 
 from .test_parsers_common import (FAST, GEMMA4_TEMPLATE, GLM_TEMPLATE, QWEN25_TEMPLATE, QWEN35_TEMPLATE,
-                                  SMOL_TEMPLATE, check_events, counter_ids, cuts_for, split)
+                                  SMOL_TEMPLATE, check_events, counter_ids, cuts_for, split, template_parser)
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
     "city": {"type": "string"}, "days": {"type": "integer"}}}}},
@@ -59,7 +58,7 @@ CASES = [
 def build(template, prompt, kwargs):
     kwargs = dict(kwargs)
     tools = kwargs.pop("tools", TOOLS)
-    return build_reply_parser(template, tools, prompt=prompt, new_id=counter_ids(), **kwargs)
+    return template_parser(template, tools, prompt=prompt, new_id=counter_ids(), **kwargs)
 
 
 def stream(parser: ReplyParser, chunks) -> Reply:

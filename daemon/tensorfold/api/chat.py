@@ -32,6 +32,6 @@ async def run_chat(raw: dict[str, Any]) -> Response:
     model = state.resolve_model(body.model)
     request_id = new_id("chatcmpl")
     engine_request = await prepare_chat(state, body, request_id)
-    parser = reply_parser(state.engine.tokenizer, state.chat_format, body, engine_request)
+    parser = reply_parser(state.chat_format, body, engine_request)
     shape = ChatShape(request_id, model, int(time.time()), ChatReply(parser), body.ignored_fields)
     return await respond(state.engine, engine_request, shape, body.stream, body.include_usage)

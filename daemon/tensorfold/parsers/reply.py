@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .base import ToolParser
-from .reasoning import REASONING_MARKERS, ReasoningParser, starts_in_reasoning
+from .reasoning import REASONING_MARKERS, ReasoningParser
 from .types import ContentDelta, Event, Reply, coalesce, collect
 
 
@@ -65,32 +65,30 @@ def _fresh_tools(p: ToolParser | None) -> ToolParser | None:
     return type(p)(p.tools, new_id=p.new_id, parallel_tool_calls=p.parallel_tool_calls, forced=p.forced)
 
 
-def build_reply_parser(chat_template: str, tools: Iterable[Mapping[str, Any]] | Mapping[str, Any] | None = None,
-                       *, prompt: str = "", thinking: bool = True, parallel_tool_calls: bool = True,
-                       new_id: Callable[[], str] | None = None, tool_format: str | None = None,
-                       reasoning_format: str | None = None, forced_call: bool = False) -> ReplyParser:
-    """The reply parser for a checkpoint's template and a request.
+def build_reply_parser(tools: Iterable[Mapping[str, Any]] | Mapping[str, Any] | None = None, *,
+                       tool_format: str | None = None, reasoning_format: str | None = None,
+                       starts_inside: bool = False, parallel_tool_calls: bool = True,
+                       new_id: Callable[[], str] | None = None, forced_call: bool = False) -> ReplyParser:
+    """The reply parser for a request.
 
-    The tool format comes from `parser_for_template` unless `tool_format`
-    names one; no tool parser when no tools are offered (tool_choice none
-    hides them) or the template has no tool format. The reasoning markers come
-    from `reasoning_for_template` unless `reasoning_format` names them; none
-    when thinking is off for the request. `prompt` is the rendered prompt:
-    when it ends with the open marker, the reply starts inside the block.
-    `forced_call`: the request forced a call (tool_choice required or a named
-    function): one cut off by the token limit still comes back as a call."""
-    from . import TOOL_PARSERS, parser_for_template, reasoning_for_template
+    `tool_format` names the checkpoint's tool call format (TOOL_PARSERS); no
+    tool parser without one or without offered tools (tool_choice none hides
+    them). `reasoning_format` names its think markers (REASONING_MARKERS); None
+    when the reply does not think. `starts_inside`: the prompt opened the think
+    block, so the reply starts inside it. `forced_call`: the request forced a
+    call (tool_choice required or a named function): one cut off by the token
+    limit still comes back as a call. The server reads both formats from the
+    template once (api/request/chat_format.py); `parser_for_template` and
+    `reasoning_for_template` sniff them."""
+    from . import TOOL_PARSERS
 
     tool_parser = None
-    name = tool_format or parser_for_template(chat_template)
-    if tools and name:
-        tool_parser = TOOL_PARSERS[name](tools, new_id=new_id, parallel_tool_calls=parallel_tool_calls,
-                                         forced=forced_call)
+    if tools and tool_format:
+        tool_parser = TOOL_PARSERS[tool_format](tools, new_id=new_id, parallel_tool_calls=parallel_tool_calls,
+                                                forced=forced_call)
     reasoning = None
-    rname = reasoning_format or reasoning_for_template(chat_template)
-    if rname and thinking:
-        open_marker, close_marker = REASONING_MARKERS[rname]
-        reasoning = ReasoningParser(open_marker, close_marker,
-                                    starts_inside=starts_in_reasoning(prompt, open_marker),
+    if reasoning_format:
+        open_marker, close_marker = REASONING_MARKERS[reasoning_format]
+        reasoning = ReasoningParser(open_marker, close_marker, starts_inside=starts_inside,
                                     call_openers=tool_parser.openers if tool_parser else ())
     return ReplyParser(reasoning=reasoning, tools=tool_parser)

@@ -15,16 +15,18 @@ from ..request.chat_format import ChatFormat
 from ..request.tool_force import forces_call
 
 
-def reply_parser(tokenizer: Any, chat: ChatFormat, body: Any, request: Any) -> ReplyParser | None:
+def reply_parser(chat: ChatFormat, body: Any, request: Any) -> ReplyParser | None:
     """The parser for `request` (the engine request of `body`), or None when the
     reply is plain content. The reply thinks when the request has think markers."""
     tools = None if body.tool_choice == "none" else body.tools
     if not chat.template or not (tools or chat.tools.parser or chat.reasoning):
         return None
-    parser = build_reply_parser(chat.template, tools, prompt=tokenizer.decode(request.prompt[-16:]),
-                                thinking=request.think is not None,
+    think = request.think
+    parser = build_reply_parser(tools, tool_format=chat.tools.parser,
+                                reasoning_format=chat.reasoning.name if think is not None else None,
+                                starts_inside=think is not None and think.inside,
                                 parallel_tool_calls=body.parallel_tool_calls is not False,
-                                tool_format=chat.tools.parser, forced_call=forces_call(body))
+                                forced_call=forces_call(body))
     return parser if (parser.reasoning or parser.tools) else None
 
 

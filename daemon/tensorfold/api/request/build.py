@@ -80,9 +80,8 @@ def chat_request(body: ChatCompletionRequest, engine: EngineView, config: Server
                             prompt_param=field_name("messages"), memory_limited=memory_limited(engine))
     request = build_request(request_id, prompt, body, config.sampling, limit, engine.tokenizer.vocab_size,
                             request_priority(body.priority, messages))
-    budget = thinking_budget_rule(chat, engine.tokenizer, kwargs, body.thinking_budget,
-                                  config.thinking_budget, prompt)
     think = think_markers(chat, engine.tokenizer, kwargs, prompt)
+    budget = thinking_budget_rule(chat, think, body.thinking_budget, config.thinking_budget)
     force = tool_force(engine, body, tools, fmt, think)
     rules = tuple(r for r in (budget, force) if r is not None)
     return dataclasses.replace(request, constraints=(*request.constraints, *rules), think=think)

@@ -48,17 +48,16 @@ def effort_kwargs(kwargs: dict[str, Any], effort: str | None, default: str | Non
     return out
 
 
-def thinking_budget_rule(fmt: ChatFormat, tokenizer: Any, kwargs: dict[str, Any], budget: int | None,
-                         default: int | None, prompt: list[int]) -> Any:
-    """The ThinkingBudget constraint for a request, or None (no budget, no thinking template,
-    or thinking off)."""
+def thinking_budget_rule(fmt: ChatFormat, think: Any, budget: int | None, default: int | None) -> Any:
+    """The ThinkingBudget constraint for a request that thinks (`think`: its think_markers),
+    or None (no budget, or the request does not think)."""
     from ...engine.constraints import ThinkingBudget
 
     budget = budget or default
-    r = fmt.reasoning
-    if not budget or r is None or kwargs.get("enable_thinking") is False:
+    if not budget or think is None:
         return None
-    return ThinkingBudget(budget, r.budget_close_ids, r.close_ids, r.opener_ids, fmt.starts_in_reasoning(tokenizer, prompt))
+    r = fmt.reasoning
+    return ThinkingBudget(budget, r.budget_close_ids, r.close_ids, r.opener_ids, think.inside)
 
 
 def think_markers(fmt: ChatFormat, tokenizer: Any, kwargs: dict[str, Any], prompt: list[int]) -> Any:

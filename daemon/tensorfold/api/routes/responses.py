@@ -64,7 +64,7 @@ async def create_response() -> Response:
     response_id = item_id("resp")
     with speaking(RESPONSES_NAMES):
         engine_request = await prepare_chat(state, chat, response_id)
-    parser = reply_parser(state.engine.tokenizer, state.chat_format, chat, engine_request) or PlainText()
+    parser = reply_parser(state.chat_format, chat, engine_request) or PlainText()
     run = ResponseRun(state.engine, engine_request, parser,
                       response_head(body, chat, model, response_id, state.config.sampling),
                       state.responses, history)
