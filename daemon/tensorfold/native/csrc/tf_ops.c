@@ -41,19 +41,6 @@ static inline float sum8(const float *a, int n) {
     return tree8(t);
 }
 
-/* tree8 of eight vectors at once: lane p of the result is tree8(c[p]), the same
- * additions (each pair of lanes, then pairs of pairs) done side by side. */
-#define EVENS 0, 2, 4, 6, 8, 10, 12, 14
-#define ODDS 1, 3, 5, 7, 9, 11, 13, 15
-static inline v8f pair_sums(v8f a, v8f b) {
-    return __builtin_shufflevector(a, b, EVENS) + __builtin_shufflevector(a, b, ODDS);
-}
-static inline v8f tree8x8(const v8f *c) {
-    v8f q0 = pair_sums(pair_sums(c[0], c[1]), pair_sums(c[2], c[3]));
-    v8f q1 = pair_sums(pair_sums(c[4], c[5]), pair_sums(c[6], c[7]));
-    return pair_sums(q0, q1);
-}
-
 /* ---------------------------------------------------------------- exp, silu */
 
 #define LOG2E 1.4426950408889634f
