@@ -204,7 +204,7 @@ TF_AVX2 TF_INLINE const uint8_t *krecord(const tf_weight *w, int64_t g, int64_t 
 TF_AVX2 TF_INLINE void ktotals_avx2(int F, const uint8_t *q, const uint8_t *meta, const int8_t *xq,
                                     const uint8_t *xu, int64_t k, int RT, __m256i *I) {
     (void)xu;
-    __m256i tot[2][8];
+    __m256i tot[2][4];
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) tot[0][r] = tot[1][r] = _mm256_setzero_si256();
     _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++) {
         __m128i c = kblock_codes(F, meta, b);
@@ -214,7 +214,7 @@ TF_AVX2 TF_INLINE void ktotals_avx2(int F, const uint8_t *q, const uint8_t *meta
             c16 = _mm256_blend_epi16(c16, _mm256_slli_epi32(c16, 16), 0xAA);
             const int STEP = F == TF_K6 ? 2 : 4;
             _Pragma("GCC unroll 2") for (int m0 = 0; m0 < 4; m0 += STEP) {
-                __m256i p16[8];
+                __m256i p16[4];
                 _Pragma("GCC unroll 4") for (int m = m0; m < m0 + STEP; m++) {
                     __m256i wv = kunpack(F, q, b, m, o);
                     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {
@@ -256,7 +256,7 @@ TF_VNNI TF_INLINE __m512i kunpack512(int F, const uint8_t *q, int b, int m) {
  * one, then takes back 128 * C, the record's sum of code * (q - 32): its I is final. */
 TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *meta, const int8_t *xq,
                                     const uint8_t *xu, int64_t k, int RT, __m256i *I) {
-    __m512i tot[8], s[8];
+    __m512i tot[4], s[4];
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) tot[r] = _mm512_setzero_si512();
     _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++) {
         _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) s[r] = _mm512_setzero_si512();
@@ -288,11 +288,11 @@ TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *meta
 ATTR TF_INLINE void NAME(const tf_weight *w, int64_t g, const tf_acts *a, int r0, int RT,            \
                          float *y, int ldy, int n0, int n1, int ahead, int F) {                     \
     int64_t k = w->k, nsb = k / 256;                                                                \
-    __m256 acc[8];                                                                                  \
+    __m256 acc[4];                                                                                  \
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) acc[r] = _mm256_setzero_ps();              \
     for (int64_t j = 0; j < nsb; j++) {                                                             \
         const uint8_t *meta = kmeta(w, g, j);                                                       \
-        __m256i I[8], pairs[8];                                                                     \
+        __m256i I[4], pairs[8];                                                                     \
         TOTALS(F, krecord(w, g, j, ahead), meta, a->qk + (int64_t)r0 * k + j * 256,                \
                F == TF_K6 ? a->qku + (int64_t)r0 * k + j * 256 : NULL, k, RT, I);                  \
         __m256 dv, dm;                                                                              \
@@ -312,27 +312,27 @@ ATTR __attribute__((noinline)) static void NAME##_##f##_##RT(                   
         const tf_weight *w, int64_t g, const tf_acts *a, int r, float *y, int ldy, int n0, int n1, int ahead) { \
     NAME(w, g, a, r, RT, y, ldy, n0, n1, ahead, F);                                                 \
 }
-/* Shapes: a group by RMAX rows, and by each smaller count for the last rows (tf_tiles). */
-#define TF_KFORMAT(NAME, ATTR, f, F, RMAX)                                                           \
+/* Shapes: a group by four rows, and by each smaller count for the last rows (tf_tiles).
+ * Four, not eight: over eight rows the VNNI tile's accumulators and unpacked weights
+ * spilled to the stack (eight-row decode of Qwen2.5-Coder Q4_K_M 3-4% slower). */
+#define TF_KFORMAT(NAME, ATTR, f, F)                                                                 \
 TF_KSHAPE(NAME, ATTR, f, F, 1) TF_KSHAPE(NAME, ATTR, f, F, 2) TF_KSHAPE(NAME, ATTR, f, F, 3)         \
-TF_KSHAPE(NAME, ATTR, f, F, 4) TF_KSHAPE(NAME, ATTR, f, F, 5) TF_KSHAPE(NAME, ATTR, f, F, 6)         \
-TF_KSHAPE(NAME, ATTR, f, F, 7) TF_KSHAPE(NAME, ATTR, f, F, 8)                                       \
+TF_KSHAPE(NAME, ATTR, f, F, 4)                                                                      \
 ATTR static void NAME##_##f(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
-    static const tf_tile_fn shapes[9] = {0, NAME##_##f##_1, NAME##_##f##_2, NAME##_##f##_3, NAME##_##f##_4, \
-                                    NAME##_##f##_5, NAME##_##f##_6, NAME##_##f##_7, NAME##_##f##_8}; \
-    tf_tiles(shapes, 8, RMAX, w, n0, n1, a, y, ldy);                                                \
+    static const tf_tile_fn shapes[5] = {0, NAME##_##f##_1, NAME##_##f##_2, NAME##_##f##_3, NAME##_##f##_4}; \
+    tf_tiles(shapes, 8, 4, w, n0, n1, a, y, ldy);                                                   \
 }
-#define TF_KKERNELS(NAME, ATTR, RMAX)                                                                \
-TF_KFORMAT(NAME, ATTR, k4, TF_K4, RMAX)                                                              \
-TF_KFORMAT(NAME, ATTR, k5, TF_K5, RMAX)                                                              \
-TF_KFORMAT(NAME, ATTR, k6, TF_K6, RMAX)                                                              \
+#define TF_KKERNELS(NAME, ATTR)                                                                      \
+TF_KFORMAT(NAME, ATTR, k4, TF_K4)                                                                    \
+TF_KFORMAT(NAME, ATTR, k5, TF_K5)                                                                    \
+TF_KFORMAT(NAME, ATTR, k6, TF_K6)                                                                    \
 ATTR static void NAME##_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
     if (w->fmt == TF_K4) NAME##_k4(w, n0, n1, a, y, ldy);                                           \
     else if (w->fmt == TF_K5) NAME##_k5(w, n0, n1, a, y, ldy);                                      \
     else NAME##_k6(w, n0, n1, a, y, ldy);                                                           \
 }
-TF_KKERNELS(ktile_avx2, TF_AVX2, 4)
-TF_KKERNELS(ktile_vnni, TF_VNNI, 8)
+TF_KKERNELS(ktile_avx2, TF_AVX2)
+TF_KKERNELS(ktile_vnni, TF_VNNI)
 #endif
 
 /* ---------------------------------------------------------------- NEON */
