@@ -94,8 +94,8 @@ class NativeModel:
         m.norm = self._f32(w["model.norm.weight"])
         cos, sin = rope_tables(inverse_frequencies(a), a.max_positions)
         m.cos, m.sin = self._f32(cos.numpy()), self._f32(sin.numpy())
-        if a.head_dim % 8 or a.head_dim > 512:
-            raise CheckpointError(f"head_dim {a.head_dim}: the CPU engine takes a multiple of 8 up to 512")
+        if a.head_dim % 8:
+            raise CheckpointError(f"head_dim {a.head_dim}: the CPU engine takes a multiple of 8")
         if m.embed.n != a.vocab_size or m.head.n != a.vocab_size:
             raise CheckpointError(f"embedding rows {m.embed.n} / head rows {m.head.n} differ from the vocabulary "
                                   f"size {a.vocab_size}")

@@ -173,10 +173,12 @@ static void row_step(fwd *f, int64_t r) {
         }
         int B = m->block_size, at = p % B;
         int64_t blk = (int64_t)f->tables[f->tab_off[r] + p / B] * m->block_stride;
-        uint16_t *kd = m->kv + 2 * f->layer * m->kv_stride + blk, *vd = kd + m->kv_stride, h[512];
+        uint16_t *kd = m->kv + 2 * f->layer * m->kv_stride + blk, *vd = kd + m->kv_stride, h[8];
         for (int hh = 0; hh < KV; hh++) {
-            tf_f2h_row(k + hh * D, h, D);                           /* keys by dimension */
-            for (int i = 0; i < D; i++) kd[((int64_t)hh * D + i) * B + at] = h[i];
+            for (int i = 0; i < D; i += 8) {                        /* keys by dimension */
+                tf_f2h_row(k + hh * D + i, h, 8);
+                for (int e = 0; e < 8; e++) kd[((int64_t)hh * D + i + e) * B + at] = h[e];
+            }
             tf_f2h_row(v + hh * D, vd + ((int64_t)hh * B + at) * D, D);
         }
         break;
