@@ -162,15 +162,29 @@ def _priority(v: Any) -> str | None:
     fail(f'must be "foreground", "background" or null, not {v!r}')
 
 
-def _n(v: Any) -> int | None:
+def only_one(v: Any, refusal: str) -> int | None:
+    """A count this server runs only at 1: below 1 is malformed, above it `refusal`."""
     if v is None:
         return None
     n = int(number(v, integral=True))
     if n < 1:
         fail(f"must be 1, not {n}")
     if n > 1:
-        unsupported("several choices (n > 1) are not supported; send n: 1 or omit it")
+        unsupported(refusal)
     return n
+
+
+def off_only(v: Any, refusal: str) -> bool | None:
+    """A switch this server runs only off: true is `refusal`, anything but a boolean malformed."""
+    if v is None or v is False:
+        return v
+    if v is True:
+        unsupported(refusal)
+    fail(f"must be a boolean, not {_kind(v)}")
+
+
+def _n(v: Any) -> int | None:
+    return only_one(v, "several choices (n > 1) are not supported; send n: 1 or omit it")
 
 
 def _model(v: Any) -> str | None:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, PrivateAttr
 
 from .fields import (LogitBias, MinP, ModelName, Modalities, MustBeNull, N, OptionalBool, Penalty,
                      PositiveInt, PriorityName, RepetitionPenalty, Seed, Stop, TemplateKwargs, Temperature,
-                     TopK, TopP, _kind, fail, number, unsupported)
+                     TopK, TopP, _kind, fail, number, off_only, only_one, unsupported)
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 UNSUPPORTED_PARTS = {
@@ -140,11 +140,7 @@ def _tool_choice(v: Any) -> Any:
 
 
 def _chat_logprobs(v: Any) -> bool | None:
-    if v is None or v is False:
-        return v
-    if v is True:
-        unsupported("logprobs are not supported by this server")
-    fail(f"must be a boolean, not {_kind(v)}")
+    return off_only(v, "logprobs are not supported by this server")
 
 
 def _draft(v: Any) -> bool | None:
@@ -336,11 +332,7 @@ def _token_ids(v: list[Any]) -> list[int]:
 
 
 def _echo(v: Any) -> bool | None:
-    if v is None or v is False:
-        return v
-    if v is True:
-        unsupported("echo is not supported by this server")
-    fail(f"must be a boolean, not {_kind(v)}")
+    return off_only(v, "echo is not supported by this server")
 
 
 def _suffix(v: Any) -> str | None:
@@ -352,14 +344,7 @@ def _suffix(v: Any) -> str | None:
 
 
 def _best_of(v: Any) -> int | None:
-    if v is None:
-        return None
-    b = int(number(v, integral=True))
-    if b < 1:
-        fail(f"must be 1, not {b}")
-    if b > 1:
-        unsupported("best_of > 1 is not supported by this server")
-    return b
+    return only_one(v, "best_of > 1 is not supported by this server")
 
 
 Prompt = Annotated[str | list[int] | None, BeforeValidator(_prompt)]
