@@ -308,6 +308,33 @@ def test_exp_edges():
     assert np.isnan(L.tf_exp(float("nan")))
 
 
+def softmax_rows(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    out, den = s.copy(), np.zeros(len(s), F32)
+    L.tf_softmax_rows(lib.ptr(out), len(s), s.shape[1], s.shape[1], lib.ptr(den))
+    return out, den
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 555])
+def test_softmax_rows_same_bits_on_every_isa(n):
+    """Attention's softmax: each path's exp(s - max) and lanes8 sum, bit for bit the
+    scalar exp's, over scores that reach the clamps, infinities, zeros of both signs."""
+    rng = np.random.default_rng(n)
+    s = (rng.standard_normal((6, n)) * np.array([[1], [30], [200], [1], [1], [1]])).astype(F32)
+    s[3, ::3], s[4, 1::4] = -np.inf, -0.0
+    s[5] = 0.0
+    s[5, n // 2] = -0.0
+    ref = None
+    for isa in ISAS:
+        use_isa(isa)
+        got = softmax_rows(s)
+        if ref is None:
+            ref = got
+            want = np.array([L.tf_exp(float(v - s[1].max())) for v in s[1]], F32)
+            assert same_bits(got[0][1], want)
+        assert same_bits(got[0], ref[0]) and same_bits(got[1], ref[1]), f"isa {isa}"
+    assert np.allclose(ref[1], ref[0].astype(np.float64).sum(1), rtol=1e-5, equal_nan=True)
+
+
 def test_h2f_all_halves():
     h = np.arange(65536, dtype=np.uint32)
     got = call_each(L.tf_h2f, h, F32)

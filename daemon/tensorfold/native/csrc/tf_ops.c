@@ -190,7 +190,8 @@ void tf_set_soft_fp16(int soft) {
 
 /* ---------------------------------------------------------------- attention */
 
-static inline void prefetch(const uint16_t *p, int n) {      /* a block's lines, ahead of their use */
+#define AHEAD 2      /* blocks read ahead: each key chunk asks for its part of the block AHEAD on */
+static inline void prefetch(const uint16_t *p, int n) {      /* n elements' lines, ahead of their use */
     for (int i = 0; i < n; i += 32) __builtin_prefetch(p + i);
 }
 
@@ -238,15 +239,60 @@ static inline v8f h8_neon(const uint16_t *p) {
 }
 #endif
 
-/* Each of G rows of L scores (row g at s + g*stride) as exp(s - max), and den[g]
- * their lanes8 sum. */
-TF_CLONES void tf_softmax_rows(float *s, int G, int L, int stride, float *den) {
+TF_CLONES static void softmax_c(float *s, int G, int L, int stride, float *den) {
     for (int g = 0; g < G; g++) {
         float *sg = s + (int64_t)g * stride;
         float mx = max8(sg, L);
         for (int j = 0; j < L; j++) sg[j] = exp_(sg[j] - mx);
         den[g] = sum8(sg, L);
     }
+}
+
+#ifdef TF_X86
+/* tf_softmax_rows sixteen lanes at a time: the max is the same value in any order,
+ * exp16 is exp_ by the same operations in the same order, the sum stays sum8. */
+typedef int32_t v16i __attribute__((vector_size(64)));
+TF_AVX512 TF_INLINE v16f sel16(v16i m, v16f a, v16f b) { return (v16f)((m & (v16i)a) | (~m & (v16i)b)); }
+TF_AVX512 TF_INLINE v16f exp16(v16f x) {
+    v16f c = sel16(x < -88.0f, bcast16(-88.0f), sel16(x > 88.0f, bcast16(88.0f), x));
+    v16f n = (c * LOG2E + 12582912.0f) - 12582912.0f;
+    v16f r = c - n * LN2_HI;
+    r = r - n * LN2_LO;
+    v16f p = r * Q4;
+    p = p + Q3; p = p * r;
+    p = p + Q2; p = p * r;
+    p = p + Q1; p = p * r;
+    p = p + Q0;
+    p = p * (r * r);
+    p = p + r;
+    p = p + 1.0f;
+    v16i bits = (__builtin_convertvector(n, v16i) + 127) << 23;
+    return sel16(x != x, x, p * (v16f)bits);
+}
+TF_AVX512 static void softmax16(float *s, int G, int L, int stride, float *den) {
+    for (int g = 0; g < G; g++) {
+        float *sg = s + (int64_t)g * stride;
+        __m512 m = _mm512_set1_ps(sg[0]);
+        int j = 0;
+        for (; j + 16 <= L; j += 16) m = _mm512_max_ps(_mm512_loadu_ps(sg + j), m);   /* a > m ? a : m */
+        float lanes[16], mx = sg[0];
+        _mm512_storeu_ps(lanes, m);
+        for (int l = 0; l < 16; l++) mx = lanes[l] > mx ? lanes[l] : mx;
+        for (; j < L; j++) mx = sg[j] > mx ? sg[j] : mx;
+        for (j = 0; j + 16 <= L; j += 16) store16(sg + j, exp16(load16(sg + j) - mx));
+        for (; j < L; j++) sg[j] = exp_(sg[j] - mx);
+        den[g] = sum8(sg, L);
+    }
+}
+#endif
+
+/* Each of G rows of L scores (row g at s + g*stride) as exp(s - max), and den[g]
+ * their lanes8 sum: the same bits on every path. */
+void tf_softmax_rows(float *s, int G, int L, int stride, float *den) {
+#ifdef TF_X86
+    if (tf_isa() == 2) { softmax16(s, G, L, stride, den); return; }
+#endif
+    softmax_c(s, G, L, stride, den);
 }
 
 /* Scores of keys j.. (one per vector lane) of block kb ([head_dim, B]: keys by
@@ -297,7 +343,7 @@ TF_CLONES void tf_softmax_rows(float *s, int G, int L, int stride, float *den) {
 
 /* One query row and one kv head: the G query heads that share it, over keys 0..pos of
  * the row's sequence: scores W keys at a time (QK(gn), QG heads per widened key),
- * softmax with max8 / exp_ / sum8, the weighted values (PV(gn), PG heads per
+ * tf_softmax_rows, the weighted values (PV(gn), PG heads per
  * widened value), o / den.  W divides the block size (16 does). */
 #define TF_ATTEND(NAME, ATTR, W, QK, QG, PV, PG)                                                  \
 ATTR static void NAME(const tf_attn *t, int row, int kvh, float *scratch) {                       \
@@ -310,17 +356,22 @@ ATTR static void NAME(const tf_attn *t, int row, int kvh, float *scratch) {     
     for (int j0 = 0; j0 < L; j0 += B) {                                                           \
         int nj = L - j0 < B ? L - j0 : B;                                                         \
         const uint16_t *kb = t->k + (int64_t)table[j0 / B] * t->block_stride + head;              \
-        if (j0 + 2 * B < L) prefetch(t->k + (int64_t)table[j0 / B + 2] * t->block_stride + head, B * d); \
-        for (int j = 0; j < nj; j += W)                                                           \
+        const uint16_t *pk = j0 + AHEAD * B < L                                                   \
+            ? t->k + (int64_t)table[j0 / B + AHEAD] * t->block_stride + head : 0;                 \
+        for (int j = 0; j < nj; j += W) {                                                         \
+            if (pk) prefetch(pk + j * d, W * d);                                                  \
             for (int g0 = 0; g0 < G; g0 += QG) BY_HEADS(QG, QK);                                  \
+        }                                                                                         \
     }                                                                                             \
+    for (int b = 0; b < AHEAD && b * B < L; b++)                  /* the first values, meanwhile */ \
+        prefetch(t->v + (int64_t)table[b] * t->block_stride + head, B * d);                       \
     float den[64];                                                                                \
     tf_softmax_rows(s, G, L, Lp, den);                                                            \
     memset(o, 0, sizeof(float) * G * d);                                                          \
     for (int j0 = 0; j0 < L; j0 += B) {                                                           \
         int nj = L - j0 < B ? L - j0 : B;                                                         \
         const uint16_t *vb = t->v + (int64_t)table[j0 / B] * t->block_stride + head;              \
-        if (j0 + 2 * B < L) prefetch(t->v + (int64_t)table[j0 / B + 2] * t->block_stride + head, B * d); \
+        if (j0 + AHEAD * B < L) prefetch(t->v + (int64_t)table[j0 / B + AHEAD] * t->block_stride + head, B * d); \
         for (int g0 = 0; g0 < G; g0 += PG) BY_HEADS(PG, PV);                                      \
     }                                                                                             \
     float *dst = t->out + (int64_t)row * t->out_stride + kvh * G * d;                             \
