@@ -19,6 +19,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None,
                    help="a local Hugging Face folder, a .gguf file, a Hugging Face repo id, "
                         "or nothing for the built-in default (SmolLM2-135M-Instruct)")
+    p.add_argument("--engine", default="auto", choices=["auto", "torch", "mlx"],
+                   help="torch (native CPU kernels, or CUDA) or Apple's MLX; auto: MLX on Apple silicon, "
+                        "else torch")
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"],
                    help="CUDA weights and activations (auto: bfloat16); the CPU computes in float32")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
@@ -49,7 +52,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     if parallel < 0 or not 0 <= args.decode_share <= 1 or args.prefill_chunk < 1 or args.background_chunk < 1:
         raise SystemExit("tensorfold: --parallel must be auto or N >= 1, --decode-share within 0..1, "
                          "chunks >= 1")
-    return EngineConfig(model=args.model, dtype=args.dtype, device=args.device, weights=args.weights,
+    return EngineConfig(model=args.model, engine=args.engine, dtype=args.dtype, device=args.device, weights=args.weights,
                         context=args.context,
                         threads=args.threads, parallel=parallel, prefill_chunk=args.prefill_chunk,
                         background_chunk=args.background_chunk, decode_share=args.decode_share,
@@ -115,7 +118,7 @@ def _parser() -> argparse.ArgumentParser:
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     decode = bench_sub.add_parser("decode", help="single-stream prefill and decode tokens/s vs another engine")
     _engine_args(decode)
-    decode.add_argument("--against", action="append", choices=["transformers", "llama.cpp"],
+    decode.add_argument("--against", action="append", choices=["transformers", "llama.cpp", "mlx-lm"],
                         help="the engine to compare with; repeatable (default: transformers)")
     decode.add_argument("--gguf", default=None,
                         help="the GGUF llama.cpp loads (default: the one the model was converted from)")
@@ -123,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     decode.add_argument("--new-tokens", type=int, default=128)
     decode.add_argument("--repeats", type=int, default=3)
     decode.add_argument("--streams", type=int, default=8,
-                        help="concurrent requests for our aggregate decode figure (with llama.cpp)")
+                        help="concurrent requests for our aggregate decode figure (with llama.cpp, mlx-lm)")
     from .bench.quality import add_arguments as quality_arguments
 
     quality_arguments(bench_sub.add_parser(

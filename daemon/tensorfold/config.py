@@ -18,6 +18,7 @@ class SamplingDefaults:
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     model: str | None = None            # spec for checkpoints.resolve_model
+    engine: str = "auto"                # auto (MLX on Apple silicon, else torch) | torch | mlx
     dtype: str = "auto"                 # auto | bfloat16 | float32
     device: str = "auto"                # auto | cpu | cuda
     weights: str = "auto"               # CPU: auto (a GGUF as stored, else q8_0) | q8_0 | q4_0 | bf16

@@ -259,7 +259,7 @@ def in_process_servers(args: argparse.Namespace) -> Iterator[dict[str, str]]:
     from .parsers import parser_for_template
 
     folder = resolve_model(args.model)
-    common = {"dtype": args.dtype, "device": args.device, "kv_memory": args.kv_memory,
+    common = {"engine": args.engine, "dtype": args.dtype, "device": args.device, "kv_memory": args.kv_memory,
               "chat_template": THINKING_TEMPLATE}
     configs = {"main": EngineConfig(parallel=8, threads=max(2, args.threads or 2), **common),
                "threads1": EngineConfig(parallel=8, threads=1, **common),
@@ -320,6 +320,7 @@ def run_exactness(args: argparse.Namespace) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", default=None, help="a running daemon (default: start servers in-process)")
     p.add_argument("--model", default=None, help="in-process: the model (default: the built-in one)")
+    p.add_argument("--engine", default="auto", choices=["auto", "torch", "mlx"], help="in-process: the engine")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--device", default="auto")
     p.add_argument("--draft-model", default=None,

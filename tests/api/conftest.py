@@ -1,8 +1,9 @@
 """Fixtures for the HTTP-edge tests: real Hypercorn servers on free loopback ports.
 
-`server` is the contract server: its tests hold for any engine. Its engine
-comes from `make_engine()` (one line: the real AsyncEngine on the tiny random
-checkpoint, or the FakeEngine test double). `fake_server` always runs the
+`server` is the contract server: its tests hold for any engine, and run once
+per engine (the torch engine, and MLX where mlx imports). Its engine comes
+from `make_engine()` (the real AsyncEngine on the tiny random checkpoint, or
+the FakeEngine test double). `fake_server` always runs the
 FakeEngine: its tests inspect what reached the engine and inject failures.
 
 TENSORFOLD_TEST_API_ENGINE=fake runs the contract tests on the FakeEngine too
@@ -29,7 +30,13 @@ MAX_BODY = 256 * 1024
 API_KEY = "test-key-123"
 
 
-def make_engine(request: pytest.FixtureRequest) -> Any:
+def _engines() -> list[str]:
+    from tensorfold.backends.mlx.runner import mlx_missing
+
+    return ["torch"] if mlx_missing() else ["torch", "mlx"]
+
+
+def make_engine(request: pytest.FixtureRequest, engine: str = "torch") -> Any:
     """The engine behind the contract server (`server`): the real AsyncEngine
     on the tiny random checkpoint. `return FakeEngine()` runs the contract
     tests on the test double instead (so does TENSORFOLD_TEST_API_ENGINE=fake)."""
@@ -37,16 +44,17 @@ def make_engine(request: pytest.FixtureRequest) -> Any:
         return FakeEngine()
     from tensorfold.engine.async_engine import AsyncEngine
 
-    return AsyncEngine(request.getfixturevalue("tiny_model"), EngineConfig(dtype="float32", device="cpu"))
+    config = EngineConfig(engine="mlx") if engine == "mlx" else EngineConfig(dtype="float32", device="cpu")
+    return AsyncEngine(request.getfixturevalue("tiny_model"), config)
 
 
 def api_config(limits: Limits | None = None, **overrides: Any) -> ServerConfig:
     return ServerConfig(aliases=(ALIAS,), limits=limits or Limits(body_bytes=MAX_BODY), **overrides)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", params=_engines())
 def server(request: pytest.FixtureRequest) -> Iterator[Served]:
-    with running(make_engine(request), api_config()) as served:
+    with running(make_engine(request, request.param), api_config()) as served:
         yield served
 
 

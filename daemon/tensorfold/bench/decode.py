@@ -7,6 +7,9 @@ model was converted from), same thread count and the same prompt token ids;
 runs alternate (ours, theirs, ours, theirs ...) in one process. It also
 prints our --streams aggregate decode tokens/s next to our 1-stream figure,
 our resident memory and the GGUF's size.
+--against mlx-lm: mlx-lm's own generate loop on the model our MLX loader
+builds (the same checkpoint, the same format), alternating the same way; run
+it with --engine mlx to compare the MLX engines.
 
 Greedy decoding with end tokens ignored, so every engine produces exactly
 --new-tokens tokens; plain decoding on our side ("draft": false) and a cold
@@ -181,25 +184,90 @@ def _table(name: str, ours: Rates, theirs: Rates) -> None:
           f"{ours.decode_tps / theirs.decode_tps:15.2f}x")
 
 
-def against_llamacpp(args: argparse.Namespace, folder: Path, gguf: Path, prompt: list[int],
-                     prompts: list[list[int]]) -> None:
+class Reference:
+    """The engine compared with, side by side: `greedy(prompt, n)` -> (prefill s, decode s, tokens)."""
+
+    name = ""
+
+    def describe(self) -> str:
+        return ""
+
+    def greedy(self, prompt: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
+        raise NotImplementedError
+
+    def memory_note(self) -> str:
+        return ""
+
+    def close(self) -> None:
+        pass
+
+
+class LlamaCpp(Reference):
+    name = "llama.cpp"
+
+    def __init__(self, gguf: Path, threads: int, n_ctx: int) -> None:
+        from . import llamacpp
+
+        self.gguf, self.threads = gguf, threads
+        self.llm = llamacpp.load(gguf, threads, n_ctx)
+
+    def describe(self) -> str:
+        return f"gguf {self.gguf.name}  threads {self.threads}"
+
+    def greedy(self, prompt: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
+        from . import llamacpp
+
+        return llamacpp.greedy(self.llm, prompt, new_tokens)
+
+    def memory_note(self) -> str:
+        return f"; GGUF {self.gguf.stat().st_size / 2**20:.1f} MiB"
+
+    def close(self) -> None:
+        self.llm.close()
+
+
+class MlxLm(Reference):
+    """mlx-lm's own generate loop (generate_step, its KV cache) on the same model as our MLX
+    engine loads: the same checkpoint in the same format."""
+
+    name = "mlx-lm"
+
+    def __init__(self, folder: Path) -> None:
+        from ..backends.mlx.load import load_model
+
+        self.model, _ = load_model(folder)
+
+    def greedy(self, prompt: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
+        import mlx.core as mx
+        from mlx_lm.generate import generate_step
+
+        t0 = time.perf_counter()
+        first, tokens = 0.0, []
+        for token, _ in generate_step(mx.array(prompt), self.model, max_tokens=new_tokens):
+            tokens.append(int(token))
+            first = first or time.perf_counter()
+        return first - t0, time.perf_counter() - first, tokens
+
+
+def side_by_side(args: argparse.Namespace, folder: Path, reference, prompt: list[int],
+                 prompts: list[list[int]]) -> None:
+    """Ours and `reference` alternating in one process, then our --streams aggregate."""
     from ..cli import engine_config
-    from . import llamacpp
 
     n_ctx = len(prompt) + args.new_tokens + 16
     config = dataclasses.replace(engine_config(args), parallel=max(args.streams, 1), decode_share=0.0,
                                  context=args.context or n_ctx)    # a KV pool for the runs, not all memory
     ours = OurEngine(folder, config)
     rss_loaded = rss_mib()
-    threads = our_threads(args.threads)
-    llm = llamacpp.load(gguf, threads, n_ctx)
-    print(f"model {folder.name}  gguf {gguf.name}  engine {ours.client.runner.describe()}  threads {threads}  "
+    theirs_engine = reference()
+    name = theirs_engine.name
+    print(f"model {folder.name}  {theirs_engine.describe()}  engine {ours.client.runner.describe()}  "
           f"prompt {len(prompt)} tokens  new {args.new_tokens} tokens  median of {args.repeats}", flush=True)
     mine, theirs, streams = [], [], []
     try:
         for i in range(args.repeats + 1):             # alternating; the first round warms up
             rates, our_tokens = ours.one(prompt, args.new_tokens)
-            pre_s, dec_s, their_tokens = llamacpp.greedy(llm, prompt, args.new_tokens)
+            pre_s, dec_s, their_tokens = theirs_engine.greedy(prompt, args.new_tokens)
             many = ours.many(prompts, args.new_tokens)
             if i:
                 mine.append(rates)
@@ -208,17 +276,22 @@ def against_llamacpp(args: argparse.Namespace, folder: Path, gguf: Path, prompt:
         rss_end = rss_mib()
     finally:
         ours.close()
-        llm.close()
+        theirs_engine.close()
     ours_r = Rates.median(mine)
-    _table("llama.cpp", ours_r, Rates.median(theirs))
+    _table(name, ours_r, Rates.median(theirs))
     agg = statistics.median(streams)
     print(f"tensorfold {len(prompts)} streams: {agg:.1f} tok/s aggregate decode, "
           f"{agg / ours_r.decode_tps:.2f}x its 1-stream {ours_r.decode_tps:.1f}")
     same = next((k for k, (a, b) in enumerate(zip(our_tokens, their_tokens)) if a != b),
                 min(len(our_tokens), len(their_tokens)))
-    print(f"greedy tokens equal to llama.cpp's: the first {same} of {args.new_tokens}")
+    print(f"greedy tokens equal to {name}'s: the first {same} of {args.new_tokens}")
     print(f"memory: RSS {rss_loaded:.0f} MiB after loading tensorfold, {rss_end:.0f} MiB after the runs "
-          f"(llama.cpp loaded too); GGUF {gguf.stat().st_size / 2**20:.1f} MiB")
+          f"({name} loaded too){theirs_engine.memory_note()}")
+
+
+def stream_prompts(tokenizer, prompt: list[int], n: int) -> list[list[int]]:
+    """`n` prompts as long as `prompt` with distinct openings, so the streams share no cached prefix."""
+    return [(tokenizer.encode(f"Log {i + 1}: ") + prompt)[:len(prompt)] for i in range(n)]
 
 
 def run_decode_bench(args: argparse.Namespace) -> int:
@@ -246,9 +319,16 @@ def run_decode_bench(args: argparse.Namespace) -> int:
             why = f"no GGUF file at {gguf}" if gguf else f"no GGUF file is known for {folder.name}"
             print(f"tensorfold: bench decode --against llama.cpp: {why}; pass --gguf PATH", file=sys.stderr)
             return 2
-        # distinct openings, so the streams share no cached prefix
-        prompts = [(tokenizer.encode(f"Log {i + 1}: ") + prompt)[:len(prompt)] for i in range(args.streams)]
-        against_llamacpp(args, folder, gguf, prompt, prompts)
+        n_ctx = len(prompt) + args.new_tokens + 16
+        side_by_side(args, folder, lambda: LlamaCpp(gguf, our_threads(args.threads), n_ctx), prompt,
+                     stream_prompts(tokenizer, prompt, args.streams))
+    if "mlx-lm" in against:
+        from ..backends.mlx.runner import mlx_missing
+
+        if (why := mlx_missing()) is not None:
+            print(f"tensorfold: bench decode --against mlx-lm: {why}", file=sys.stderr)
+            return 2
+        side_by_side(args, folder, lambda: MlxLm(folder), prompt, stream_prompts(tokenizer, prompt, args.streams))
     if "transformers" in against:
         device = pick_device(args.device)
         dtype = pick_dtype(args.dtype, device)

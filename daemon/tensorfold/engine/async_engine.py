@@ -34,7 +34,17 @@ log = logging.getLogger(__name__)
 
 
 def make_runner(folder: Path, config: EngineConfig) -> Any:
-    """The CPU runs the native kernels (weights kept quantized); CUDA runs torch."""
+    """MLX when asked (auto: on Apple silicon); else the CPU runs the native kernels (weights
+    kept quantized) and CUDA runs torch."""
+    if pick_engine(config) == "mlx":
+        if (config.dtype, config.weights, config.device) != ("auto", "auto", "auto"):
+            raise UnsupportedModel("--dtype, --weights and --device apply to the torch engine; MLX runs on "
+                                   "its default device in the checkpoint's format (float32 on a CPU)")
+        from ..backends.mlx.runner import MLXRunner, mlx_missing
+
+        if (why := mlx_missing()) is not None:
+            raise UnsupportedModel(why)
+        return MLXRunner(folder)
     if pick_device(config.device).type == "cpu":
         if config.dtype not in ("auto", "float32"):
             raise UnsupportedModel(f"--dtype {config.dtype} applies to CUDA; the CPU engine computes in float32 "
@@ -45,6 +55,21 @@ def make_runner(folder: Path, config: EngineConfig) -> Any:
     if config.weights != "auto":
         raise UnsupportedModel("--weights applies to the CPU engine; CUDA runs --dtype")
     return TorchRunner(folder, dtype=config.dtype, device=config.device)
+
+
+def pick_engine(config: EngineConfig) -> str:
+    """--engine; auto is MLX on Apple silicon where mlx is installed (the mlx extra) and no
+    torch-only setting was given, else torch."""
+    import platform
+
+    if config.engine != "auto":
+        return config.engine
+    if platform.system() != "Darwin" or platform.machine() != "arm64":
+        return "torch"
+    from ..backends.mlx.runner import mlx_missing
+
+    torch_only = (config.dtype, config.weights, config.device) != ("auto", "auto", "auto")
+    return "torch" if torch_only or mlx_missing() else "mlx"
 
 
 class AsyncEngine:

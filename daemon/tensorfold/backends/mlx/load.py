@@ -1,0 +1,120 @@
+"""Checkpoint folders as mlx-lm models.
+
+A safetensors folder (Hugging Face or mlx-community, 4- and 8-bit included)
+loads through mlx-lm's own loader.  A GGUF folder (see checkpoints/gguf_convert)
+loads through MLX's GGUF reader: Q4_0, Q4_1 and Q8_0 arrive as MLX's own
+quantized layout (group 32, no loss), the other formats as float16; names are
+mapped to Hugging Face's and llama's permuted q/k rows put back, as the
+converter does.
+
+`weights` picks what the layers compute with: "auto" keeps the checkpoint's
+format on a GPU and dequantizes to float32 on the CPU, where MLX's quantized
+and float16 matrix products are many times slower than float32 ones.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...checkpoints.errors import CheckpointError
+from ...checkpoints.files import gguf_file, read_config, safetensors_files
+from ...checkpoints.gguf_convert import hf_tensor_name, unpermute_rotary
+
+WEIGHTS = ("auto", "stored", "float32", "float16")
+
+
+def model_classes(config: dict[str, Any]) -> tuple[type, type]:
+    """mlx-lm's Model and ModelArgs for the folder's model_type."""
+    model_type = config.get("model_type", "?")
+    try:
+        module = importlib.import_module(f"mlx_lm.models.{model_type}")
+    except ImportError:
+        raise CheckpointError(f"mlx-lm has no implementation of model_type {model_type!r}") from None
+    return module.Model, module.ModelArgs
+
+
+def _gguf_arrays(path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    import mlx.core as mx
+
+    arrays, meta = mx.load(str(path), return_metadata=True)
+    arch = str(meta.get("general.architecture", ""))
+    out = {}
+    for name, value in arrays.items():
+        stem, _, kind = name.rpartition(".")
+        hf = hf_tensor_name(f"{stem}.weight" if kind in ("scales", "biases") else name)
+        if hf is None:
+            continue
+        if kind in ("scales", "biases"):
+            hf = hf.removesuffix(".weight") + "." + kind
+        if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
+            heads = config["num_attention_heads"] if ".attn_q." in name else config["num_key_value_heads"]
+            value = mx.array(unpermute_rotary(np.array(value), heads))
+        out[hf] = value
+    return out
+
+
+def _quantized_params(weights: dict[str, Any], path: str, module: Any) -> dict[str, int] | bool:
+    """The group size and bits of a layer stored quantized (its .scales present), else False."""
+    scales = weights.get(f"{path}.scales")
+    if scales is None or not hasattr(module, "to_quantized"):
+        return False
+    columns = module.weight.shape[-1]
+    return {"group_size": columns // scales.shape[-1], "bits": weights[f"{path}.weight"].shape[-1] * 32 // columns}
+
+
+def _dequantized(model: Any, dtype: Any) -> Any:
+    """The model with every quantized layer made plain, its weights computed in float32
+    (scale and bias widened first, as llama.cpp dequantizes) and then cast to `dtype`."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx.utils import tree_unflatten
+
+    plain = []
+    for name, module in model.named_modules():
+        if not isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+            continue
+        weight = mx.dequantize(module.weight, module.scales.astype(mx.float32), module.biases.astype(mx.float32),
+                               module.group_size, module.bits)
+        if isinstance(module, nn.QuantizedEmbedding):
+            layer = nn.Embedding(*weight.shape)
+        else:
+            layer = nn.Linear(weight.shape[1], weight.shape[0], bias="bias" in module)
+            if "bias" in module:
+                layer.bias = module.bias
+        layer.weight = weight
+        plain.append((name, layer))
+    if plain:
+        model.update_modules(tree_unflatten(plain))
+    model.set_dtype(dtype)
+    return model
+
+
+def load_model(folder: Path, weights: str = "auto", gpu: bool = False) -> tuple[Any, dict[str, Any]]:
+    """(mlx-lm model, config) for `folder`, its layers computing in the format `weights` picks."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx_lm.utils import load_model as mlx_lm_load
+
+    if weights not in WEIGHTS:
+        raise CheckpointError(f"MLX weights {weights!r}: use one of {', '.join(WEIGHTS)}")
+    config = read_config(folder)
+    if (gguf := gguf_file(folder)) is None:
+        safetensors_files(folder)                         # names what is missing, if anything
+        model, config = mlx_lm_load(Path(folder))
+    else:
+        model_cls, args_cls = model_classes(config)
+        model = model_cls(args_cls.from_dict(config))
+        arrays = model.sanitize(_gguf_arrays(gguf, config))
+        nn.quantize(model, class_predicate=lambda p, m: _quantized_params(arrays, p, m))
+        model.load_weights(list(arrays.items()), strict=True)
+    if weights == "auto":
+        weights = "stored" if gpu else "float32"
+    if weights != "stored":
+        model = _dequantized(model, mx.float32 if weights == "float32" else mx.float16)
+    mx.eval(model.parameters())
+    model.eval()
+    return model, config

@@ -1,0 +1,149 @@
+"""The MLX engine's runner (backends/mlx) against its contract: mlx-lm's models over the
+engine's paged KV, each row's logits the same bits however it was batched, chunked or
+placed, and close to the fp32 torch reference.  Runs on MLX's CPU backend here (the test
+extra installs mlx[cpu] on Linux)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+mx = pytest.importorskip("mlx.core")
+pytest.importorskip("mlx_lm")
+
+from tensorfold.backends.mlx.runner import MLXRunner  # noqa: E402
+from tensorfold.backends.torch.runner import TorchRunner  # noqa: E402
+from tests.tiny import TOKENIZER_FILES, make_tiny_checkpoint  # noqa: E402
+
+BS = 16
+PROMPT = 40
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, default_model):
+    root = tmp_path_factory.mktemp("mlx")
+    return {arch: make_tiny_checkpoint(root / arch, default_model, arch=cls)
+            for arch, cls in (("llama", "LlamaForCausalLM"), ("qwen2", "Qwen2ForCausalLM"),
+                              ("qwen3", "Qwen3ForCausalLM"))}
+
+
+def runner(folder) -> MLXRunner:
+    r = MLXRunner(folder)
+    r.allocate_kv(64, BS)
+    return r
+
+
+def prefill(r, tokens, table, chunk=None, start=0) -> torch.Tensor:
+    chunk = chunk or len(tokens)
+    out = []
+    for s in range(0, len(tokens), chunk):
+        part = tokens[s:s + chunk]
+        out.append(r.forward(part, [r.segment(table, start + s, len(part))], list(range(len(part)))))
+    return torch.cat(out)
+
+
+def assert_same(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    assert got.shape == want.shape, what
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32)), what
+
+
+def tokens_for(seed: int, n: int) -> list[int]:
+    return torch.randint(0, 49152, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_logits_match_the_fp32_torch_model(folders, arch):
+    tokens = tokens_for(1, PROMPT)
+    got = prefill(runner(folders[arch]), tokens, [3, 9, 5])
+    ref = TorchRunner(folders[arch], dtype="float32", device="cpu")
+    ref.allocate_kv(4, BS)
+    want = prefill(ref, tokens, [0, 1, 2])
+    # two float32 implementations of the same model: rounding differences only
+    assert torch.allclose(got, want, atol=2e-4, rtol=1e-4), (got - want).abs().max()
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_a_rows_bits_do_not_depend_on_its_batch(folders, arch):
+    r = runner(folders[arch])
+    tokens, other = tokens_for(2, PROMPT), tokens_for(3, 25)
+    A, O = [0, 1, 2], [10, 11]
+    whole = prefill(r, tokens, A)
+    for chunk in (1, 7, 16):
+        assert_same(prefill(r, tokens, A, chunk), whole, f"chunks of {chunk}")
+    assert_same(prefill(r, tokens, [40, 7, 33]), whole, "other block ids")
+    other_alone = prefill(r, other, O)
+    both = r.forward(other + tokens, [r.segment(O, 0, 25), r.segment(A, 0, PROMPT)], list(range(25 + PROMPT)))
+    assert_same(both[25:], whole, "batched after another sequence")
+    assert_same(both[:25], other_alone, "the other sequence")
+    # decode rows beside another sequence's decode, after a partial prefill
+    head = prefill(r, tokens[:20], A)
+    prefill(r, other[:5], O)
+    rows = [head]
+    for p in range(20, PROMPT):
+        q = p - 15
+        step = r.forward([tokens[p], other[q]], [r.segment(A, p, 1), r.segment(O, q, 1)], [0, 1])
+        rows.append(step[:1])
+        assert_same(step[1:], other_alone[q:q + 1], f"the other sequence's decode at {q}")
+    assert_same(torch.cat(rows), whole, "prefill 20 then decode")
+
+
+def test_quantized_mlx_community_folder(folders, tmp_path):
+    """A 4-bit folder as mlx-lm's converter writes it loads (dequantized to float32 on the
+    CPU) and gives mlx-lm's own logits; fp16 too."""
+    from mlx_lm.utils import load_model, quantize_model, save_config, save_model
+
+    src = folders["llama"]
+    tokens = tokens_for(4, 12)
+    for name, convert in (("4bit", lambda m, c: quantize_model(m, c, group_size=32, bits=4)),
+                          ("fp16", lambda m, c: (m.set_dtype(mx.float16) or m, c))):
+        model, config = load_model(src)
+        model, config = convert(model, config)
+        out = tmp_path / name
+        save_model(out, model)
+        save_config(config, out / "config.json")
+        for f in TOKENIZER_FILES:
+            if (src / f).exists():
+                shutil.copy(src / f, out / f)
+        assert ("quantization" in json.loads((out / "config.json").read_text())) == (name == "4bit")
+        got = prefill(runner(out), tokens, [0])
+        theirs, _ = load_model(out)
+        want = torch.from_numpy(np.array(theirs(mx.array([tokens]))[0].astype(mx.float32)))
+        tol = 2e-2 if name == "fp16" else 2e-3    # theirs computes in float16 activations
+        assert torch.allclose(got, want, atol=tol * float(want.abs().max())), (name, (got - want).abs().max())
+
+
+def test_default_gguf_model_through_mlx(default_model):
+    """The built-in Q4_1 GGUF: MLX reads its blocks as its own 4-bit layout, dequantized here to
+    float32, so its logits match the fp32 torch reference's (the same dequantized weights)."""
+    tokens = tokens_for(5, 8)
+    got = prefill(runner(default_model), tokens, [0])
+    ref = TorchRunner(default_model, dtype="float32", device="cpu")
+    ref.allocate_kv(2, BS)
+    want = prefill(ref, tokens, [0])
+    assert torch.allclose(got, want, atol=2e-3, rtol=1e-4), (got - want).abs().max()
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+def test_bad_rows_are_refused(folders):
+    r = runner(folders["llama"])
+    with pytest.raises(ValueError, match="vocabulary"):
+        r.forward([10**6], [r.segment([0], 0, 1)], [0])
+    with pytest.raises(ValueError, match="block"):
+        r.forward([1], [r.segment([64], 0, 1)], [0])
+    with pytest.raises(ValueError, match="exceed"):
+        r.forward([1] * 20, [r.segment([0], 0, 20)], [0])
+
+
+def test_engine_choice(folders):
+    from tensorfold.backends.torch.runner import UnsupportedModel
+    from tensorfold.config import EngineConfig
+    from tensorfold.engine.async_engine import make_runner, pick_engine
+
+    assert isinstance(make_runner(folders["llama"], EngineConfig(engine="mlx")), MLXRunner)
+    assert pick_engine(EngineConfig(engine="torch")) == "torch"
+    with pytest.raises(UnsupportedModel, match="torch engine"):
+        make_runner(folders["llama"], EngineConfig(engine="mlx", weights="q8_0"))
