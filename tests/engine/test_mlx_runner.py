@@ -147,3 +147,35 @@ def test_engine_choice(folders):
     assert pick_engine(EngineConfig(engine="torch")) == "torch"
     with pytest.raises(UnsupportedModel, match="torch engine"):
         make_runner(folders["llama"], EngineConfig(engine="mlx", weights="q8_0"))
+
+
+def test_projected_memory_is_checked_before_prefill(folders, monkeypatch):
+    """The pool grows as blocks are first used; a request whose blocks would need more memory
+    than the machine has free is refused with a 400 when nothing running could free any,
+    and the server goes on serving."""
+    import openai
+
+    from tensorfold.backends.mlx import runner as mlx_runner
+    from tensorfold.config import EngineConfig, ServerConfig
+    from tensorfold.engine.async_engine import AsyncEngine
+    from tests.servers import running
+
+    r = runner(folders["llama"])
+    block = BS * r.kv_bytes_per_token()
+    monkeypatch.setattr(mlx_runner, "host_budget", lambda: 20 * block)
+    assert r.kv_shortfall([3]) == 0 and r.kv_shortfall([19]) == 0
+    assert r.kv_shortfall([40]) == 21 * block
+    prefill(r, tokens_for(6, 20), [0, 1])
+    assert r.pool.blocks == 16                   # grown to 16, not beyond what was needed and affordable
+
+    engine = AsyncEngine(folders["llama"], EngineConfig(engine="mlx", kv_memory=0.05, context=1024))
+    with running(engine, ServerConfig()) as served:
+        client = openai.OpenAI(base_url=served.base_url, api_key="x", max_retries=0)
+        ok = client.completions.create(model=served.served_id, prompt="Hello", max_tokens=4)
+        assert ok.choices[0].text is not None
+        monkeypatch.setattr(mlx_runner, "host_budget", lambda: 0)
+        with pytest.raises(openai.BadRequestError, match="not enough memory"):
+            client.completions.create(model=served.served_id, prompt="Hello there, " * 40, max_tokens=600)
+        monkeypatch.setattr(mlx_runner, "host_budget", lambda: 1 << 40)
+        again = client.completions.create(model=served.served_id, prompt="Hello there, " * 40, max_tokens=8)
+        assert again.usage.completion_tokens == 8

@@ -152,12 +152,26 @@ class Engine:
         if need > cache.available:
             cache.release(matched)
             return False
-        seq.blocks = matched + cache.allocate(need)
+        blocks = matched + cache.allocate(need)
+        if (missing := self._memory_short(blocks)) > 0:
+            cache.release(blocks)
+            if not self.scheduler.running:      # nothing running will free memory: refuse it
+                self._fail(seq, f"not enough memory for this request's KV cache: it needs {missing / 2**20:.0f} "
+                                "MiB more than the machine has free; free memory, or send a shorter prompt or "
+                                "a lower max_tokens", refused=True)
+            return False
+        seq.blocks = blocks
         seq.computed = len(matched) * cache.block_size
         seq.parent_cid, seq.registered = cid, len(matched)
         if not seq.counted_prompt:
             seq.cached_tokens = seq.computed
         return True
+
+    def _memory_short(self, blocks: list[int]) -> int:
+        """Bytes the backend's KV memory would lack for `blocks` (backends that grow their
+        pool as used project it: MLX); 0 when they fit or the backend does not say."""
+        shortfall = getattr(self.backend, "kv_shortfall", None)
+        return shortfall(blocks) if shortfall is not None else 0
 
     def _preempt(self, seq: Sequence) -> None:
         log.info("request %s (background) yields its lane; it will replay", seq.request.id)
@@ -286,8 +300,8 @@ class Engine:
             self._release(seq)
         seq.emit(delta)
 
-    def _fail(self, seq: Sequence, message: str) -> None:
-        delta = seq.finish(FinishReason.ERROR, error=message)
+    def _fail(self, seq: Sequence, message: str, refused: bool = False) -> None:
+        delta = seq.finish(FinishReason.ERROR, error=message, refused=refused)
         self._release(seq)
         seq.emit(delta)
 

@@ -91,7 +91,7 @@ class Sequence:
         self.blocks, self.computed, self.parent_cid, self.registered = [], 0, ROOT, 0
 
     def finish(self, reason: FinishReason, text: str = "", stop_string: str | None = None,
-               error: str | None = None, new_tokens: list[int] | None = None) -> Delta:
+               error: str | None = None, new_tokens: list[int] | None = None, refused: bool = False) -> Delta:
         self.done = True
         tokens = self.generated
         now = time.perf_counter()
@@ -110,7 +110,8 @@ class Sequence:
         usage = Usage(prompt_tokens=len(self.request.prompt), completion_tokens=len(tokens),
                       cached_tokens=self.cached_tokens,
                       reasoning_tokens=think.reasoning_tokens(tokens) if think else 0)
-        fin = Finish(reason=reason, usage=usage, stats=stats, stop_string=stop_string, error=error)
+        fin = Finish(reason=reason, usage=usage, stats=stats, stop_string=stop_string, error=error,
+                     refused=refused)
         return Delta(text=text, token_ids=new_tokens or [], finish=fin)
 
 

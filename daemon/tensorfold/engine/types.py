@@ -118,6 +118,7 @@ class Finish:
     stats: Stats
     stop_string: str | None = None      # the stop string that ended the reply
     error: str | None = None            # message when reason is ERROR
+    refused: bool = False               # ERROR because this server cannot take the request (a 400)
 
 
 @dataclass(slots=True)

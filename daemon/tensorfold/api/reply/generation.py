@@ -43,10 +43,26 @@ class Shape(Protocol):
 class GenerationFailed(Exception):
     """The engine could not finish the reply; the message is for the client."""
 
+    def api_error(self) -> Exception:
+        return errors.server_error(str(self))
+
+    error_type = errors.SERVER_ERROR
+
+
+class GenerationRefused(GenerationFailed):
+    """The server cannot take this request as sent (its KV cache would not fit in memory): a 400."""
+
+    def api_error(self) -> Exception:
+        return errors.invalid(str(self))
+
+    error_type = errors.INVALID_REQUEST
+
 
 def check_finish(finish: Finish | None) -> Finish:
     if finish is None:
         raise GenerationFailed("the engine stopped without finishing the reply")
+    if finish.reason is FinishReason.ERROR and finish.refused:
+        raise GenerationRefused(finish.error or "the request was refused")
     if finish.reason is FinishReason.ERROR:
         raise GenerationFailed(f"generation failed: {finish.error or 'unknown engine error'}")
     if finish.reason is FinishReason.ABORT:
@@ -84,7 +100,7 @@ async def whole_reply(engine: Generator, request: Request, shape: Shape) -> dict
                 finish = delta.finish
         finish = check_finish(finish)
     except GenerationFailed as exc:
-        raise errors.server_error(str(exc)) from None
+        raise exc.api_error() from None
     return shape.whole("".join(parts), finish)
 
 
@@ -119,7 +135,7 @@ async def stream_reply(engine: Generator, request: Request, shape: Shape,
         for chunk in shape.end_chunks():
             yield event(chunk)
     except GenerationFailed as exc:
-        yield event(errors.envelope(str(exc), type=errors.SERVER_ERROR))
+        yield event(errors.envelope(str(exc), type=exc.error_type))
         yield DONE
         return
     yield event(shape.finish_chunk(finish))

@@ -143,7 +143,7 @@ class ResponseRun:
                         return self._keep(response_json(self.head, _status(event), builder.output, event))
                     builder.feed(event)
         except GenerationFailed as exc:
-            raise errors.server_error(str(exc)) from None
+            raise exc.api_error() from None
         raise AssertionError("unreachable: a reply ends with its Finish or GenerationFailed")
 
     async def stream(self) -> AsyncIterator[bytes]:
@@ -164,7 +164,7 @@ class ResponseRun:
             for frame in builder.finish("incomplete"):
                 yield sse_frame(frame)
             body = self._keep(response_json(self.head, "failed", builder.output,
-                                            error={"code": errors.SERVER_ERROR, "message": str(exc)}))
+                                            error={"code": exc.error_type, "message": str(exc)}))
             yield sse_frame(events.make("response.failed", response=body))
             return
         for frame in builder.finish(_status(finish)):

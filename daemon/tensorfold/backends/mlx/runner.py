@@ -64,14 +64,15 @@ class KVPool:
         self.k: list[Any] = [None] * layers
         self.v: list[Any] = [None] * layers
 
-    def ensure(self, blocks: int) -> None:
+    def ensure(self, blocks: int, affordable: int) -> None:
+        """Hold at least `blocks` blocks: double where `affordable` more blocks fit in memory."""
         import mlx.core as mx
 
         if blocks <= self.blocks:
             return
         if blocks > self.num_blocks:
             raise ValueError("a block id is outside the KV pool")
-        grown = min(self.num_blocks, max(blocks, 2 * self.blocks, 16))
+        grown = min(self.num_blocks, max(blocks, min(2 * self.blocks, self.blocks + affordable), 16))
         more = ((grown - self.blocks) * self.block_size, *self.shape)
         for arrays in (self.k, self.v):
             for i, a in enumerate(arrays):           # each its own array: writes update arrays in place
@@ -143,6 +144,18 @@ class MLXRunner:
     def free_memory(self) -> int:
         return host_budget()
 
+    def _block_bytes(self) -> int:
+        return self.pool.block_size * self.kv_bytes_per_token()
+
+    def _affordable_blocks(self) -> int:
+        return host_budget() // self._block_bytes()
+
+    def kv_shortfall(self, blocks: list[int]) -> int:
+        """Bytes the pool would have to grow by to hold `blocks` beyond the memory free now
+        (the projected-memory check before a prefill); 0 when they fit."""
+        grow = max(blocks, default=-1) + 1 - self.pool.blocks
+        return max(0, grow * self._block_bytes() - host_budget()) if grow > 0 else 0
+
     def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> torch.Tensor:
         """Run `tokens` (segments' rows, in order), each row alone; fp32 logits [len(out_rows), vocab]."""
         import mlx.core as mx
@@ -157,7 +170,7 @@ class MLXRunner:
             table = np.asarray(seg.table, dtype=np.int64)
             if table.size and (table.min() < 0 or table.max() >= pool.num_blocks):
                 raise ValueError("a block id is outside the KV pool")
-            pool.ensure(int(table[:-(-end // B)].max()) + 1 if end else 0)
+            pool.ensure(int(table[:-(-end // B)].max()) + 1 if end else 0, self._affordable_blocks())
             slots = (table[:, None] * B + np.arange(B)).reshape(-1)
             rows += [(slots, p) for p in range(seg.start, end)]
         if len(tokens) != len(rows):
