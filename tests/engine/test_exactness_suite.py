@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import pytest
+
+from tensorfold.backends.mlx.runner import mlx_missing
 from tensorfold.cli import main
 
+ENGINES = {"torch": ["--dtype", "float32", "--device", "cpu"], "mlx": ["--engine", "mlx"]}
 
-def test_exactness_fast_subset(tiny_model, capsys):
-    code = main(["--log-level", "WARNING", "exactness", "--model", str(tiny_model), "--dtype", "float32",
-                 "--device", "cpu", "--cases", "21", "--max-tokens", "32", "--preempt-cases", "2"])  # 21: every constraint form
+
+@pytest.mark.parametrize("engine", ["torch", "mlx"])
+def test_exactness_fast_subset(tiny_model, capsys, engine):
+    if engine == "mlx" and mlx_missing():
+        pytest.skip(mlx_missing())
+    code = main(["--log-level", "WARNING", "exactness", "--model", str(tiny_model), *ENGINES[engine],
+                 "--cases", "21", "--max-tokens", "32", "--preempt-cases", "2"])  # 21: every constraint form
     out = capsys.readouterr().out
     assert code == 0, out
     assert "all identical" in out
