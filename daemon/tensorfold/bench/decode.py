@@ -198,6 +198,10 @@ class Reference:
     def memory_note(self) -> str:
         return ""
 
+    def many(self, prompts: list[list[int]], new_tokens: int) -> float | None:
+        """Aggregate decode tokens/s of `prompts` decoded together, where the engine can say."""
+        return None
+
     def close(self) -> None:
         pass
 
@@ -221,6 +225,11 @@ class LlamaCpp(Reference):
 
     def memory_note(self) -> str:
         return f"; GGUF {self.gguf.stat().st_size / 2**20:.1f} MiB"
+
+    def many(self, prompts: list[list[int]], new_tokens: int) -> float:
+        from . import llamacpp
+
+        return llamacpp.many(self.gguf, self.threads, prompts, new_tokens)
 
     def close(self) -> None:
         self.llm.close()
@@ -274,6 +283,7 @@ def side_by_side(args: argparse.Namespace, folder: Path, reference, prompt: list
                 theirs.append(Rates(len(prompt) / pre_s, (args.new_tokens - 1) / dec_s))
                 streams.append(many)
         rss_end = rss_mib()
+        their_many = theirs_engine.many(prompts, args.new_tokens)
     finally:
         ours.close()
         theirs_engine.close()
@@ -282,6 +292,10 @@ def side_by_side(args: argparse.Namespace, folder: Path, reference, prompt: list
     agg = statistics.median(streams)
     print(f"tensorfold {len(prompts)} streams: {agg:.1f} tok/s aggregate decode, "
           f"{agg / ours_r.decode_tps:.2f}x its 1-stream {ours_r.decode_tps:.1f}")
+    if their_many is not None:
+        their_one = Rates.median(theirs).decode_tps
+        print(f"{name} {len(prompts)} streams: {their_many:.1f} tok/s aggregate decode, "
+              f"{their_many / their_one:.2f}x its 1-stream {their_one:.1f}")
     same = next((k for k, (a, b) in enumerate(zip(our_tokens, their_tokens)) if a != b),
                 min(len(our_tokens), len(their_tokens)))
     print(f"greedy tokens equal to {name}'s: the first {same} of {args.new_tokens}")

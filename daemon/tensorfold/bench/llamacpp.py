@@ -78,3 +78,49 @@ def window_logits(llm: Any, tokens: list[int]) -> np.ndarray:
     llm.eval(tokens)
     return llm.scores[:len(tokens)]
 
+
+
+def many(gguf: Path, threads: int, prompts: list[list[int]], new_tokens: int) -> float:
+    """llama.cpp's aggregate decode tokens/s for `prompts` decoded together, as llama-server's
+    parallel slots run them: one context holding a sequence per prompt, each step one batch
+    with a token of every sequence (greedy), timed from the first such step to the last."""
+    L = import_llama_cpp()
+    n, step_tokens = len(prompts), max(len(p) for p in prompts)
+    L.llama_backend_init()
+    model = L.llama_model_load_from_file(str(gguf).encode(), L.llama_model_default_params())
+    vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+    params = L.llama_context_default_params()
+    params.n_ctx, params.n_seq_max = n * -(-(step_tokens + new_tokens + 16) // 256) * 256, n
+    params.n_batch = params.n_ubatch = 512
+    params.n_threads = params.n_threads_batch = threads
+    ctx = L.llama_init_from_model(model, params)
+    batch = L.llama_batch_init(512, 0, n)
+
+    def decode(items: list[tuple[int, int, int, bool]]) -> None:     # (token, position, sequence, logits)
+        batch.n_tokens = len(items)
+        for i, (token, pos, seq, logits) in enumerate(items):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, logits
+            batch.seq_id[i][0] = seq
+        if L.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+
+    def pick(i: int) -> int:
+        return int(np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i), shape=(vocab,)).argmax())
+
+    try:
+        last, pos = [], []
+        for s, prompt in enumerate(prompts):
+            for c in range(0, len(prompt), 512):
+                part = prompt[c:c + 512]
+                decode([(t, c + k, s, c + k == len(prompt) - 1) for k, t in enumerate(part)])
+            last.append(pick(len(prompt) - 1 - (len(prompt) - 1) // 512 * 512))
+            pos.append(len(prompt))
+        t0 = time.perf_counter()
+        for step in range(new_tokens - 1):
+            decode([(last[s], pos[s] + step, s, True) for s in range(n)])
+            last = [pick(s) for s in range(n)]
+        return n * (new_tokens - 1) / (time.perf_counter() - t0)
+    finally:
+        L.llama_batch_free(batch)
+        L.llama_free(ctx)
+        L.llama_model_free(model)
