@@ -52,22 +52,27 @@ static inline float sum8(const float *a, int n) {
 #define Q3 0.008368941955268383f
 #define Q4 0.001375131425447762f
 
+/* For x in [-88, 88] (of type T, float or a vector of them): n = x / ln 2 rounded to an
+ * integer and p = exp(x - n ln 2), by correctly rounded +, -, * alone (no fma). */
+#define EXP_PARTS(T, x, n, p)                                                                     \
+    T n = (x * LOG2E + 12582912.0f) - 12582912.0f;                                                \
+    T r_ = x - n * LN2_HI;                                                                        \
+    r_ = r_ - n * LN2_LO;                                                                         \
+    T p = r_ * Q4;                                                                                \
+    p = p + Q3; p = p * r_;                                                                       \
+    p = p + Q2; p = p * r_;                                                                       \
+    p = p + Q1; p = p * r_;                                                                       \
+    p = p + Q0;                                                                                   \
+    p = p * (r_ * r_);                                                                            \
+    p = p + r_;                                                                                   \
+    p = p + 1.0f
+
 /* exp from correctly rounded +,-,* only (no fma): within 1 ulp on [-87, 88];
  * inputs clamp to [-88, 88] and exp(-88) is exactly +0. */
 static inline float exp_(float x) {
     if (x != x) return x;
     x = x < -88.0f ? -88.0f : (x > 88.0f ? 88.0f : x);
-    float n = (x * LOG2E + 12582912.0f) - 12582912.0f;
-    float r = x - n * LN2_HI;
-    r = r - n * LN2_LO;
-    float p = r * Q4;
-    p = p + Q3; p = p * r;
-    p = p + Q2; p = p * r;
-    p = p + Q1; p = p * r;
-    p = p + Q0;
-    p = p * (r * r);
-    p = p + r;
-    p = p + 1.0f;
+    EXP_PARTS(float, x, n, p);
     uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, 4);
@@ -255,17 +260,7 @@ typedef int32_t v16i __attribute__((vector_size(64)));
 TF_AVX512 TF_INLINE v16f sel16(v16i m, v16f a, v16f b) { return (v16f)((m & (v16i)a) | (~m & (v16i)b)); }
 TF_AVX512 TF_INLINE v16f exp16(v16f x) {
     v16f c = sel16(x < -88.0f, bcast16(-88.0f), sel16(x > 88.0f, bcast16(88.0f), x));
-    v16f n = (c * LOG2E + 12582912.0f) - 12582912.0f;
-    v16f r = c - n * LN2_HI;
-    r = r - n * LN2_LO;
-    v16f p = r * Q4;
-    p = p + Q3; p = p * r;
-    p = p + Q2; p = p * r;
-    p = p + Q1; p = p * r;
-    p = p + Q0;
-    p = p * (r * r);
-    p = p + r;
-    p = p + 1.0f;
+    EXP_PARTS(v16f, c, n, p);
     v16i bits = (__builtin_convertvector(n, v16i) + 127) << 23;
     return sel16(x != x, x, p * (v16f)bits);
 }
