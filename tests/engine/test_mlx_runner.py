@@ -116,9 +116,20 @@ def test_quantized_mlx_community_folder(folders, tmp_path):
         assert torch.allclose(got, want, atol=tol * float(want.abs().max())), (name, (got - want).abs().max())
 
 
-def test_default_gguf_model_through_mlx(default_model):
+@pytest.mark.parametrize("reader", ["mlx", "gguf"])
+def test_default_gguf_model_through_mlx(default_model, monkeypatch, reader):
     """The built-in Q4_1 GGUF: MLX reads its blocks as its own 4-bit layout, dequantized here to
-    float32, so its logits match the fp32 torch reference's (the same dequantized weights)."""
+    float32, so its logits match the fp32 torch reference's (the same dequantized weights).
+    A GGUF MLX's reader refuses (K-quants) is dequantized by the gguf package: the same logits."""
+    if reader == "gguf":
+        real_load = mx.load
+
+        def refuse_gguf(path, *args, **kwargs):
+            if str(path).endswith(".gguf"):
+                raise RuntimeError("[load_gguf] gguf_tensor_to_f16 failed")
+            return real_load(path, *args, **kwargs)
+
+        monkeypatch.setattr(mx, "load", refuse_gguf)
     tokens = tokens_for(5, 8)
     got = prefill(runner(default_model), tokens, [0])
     ref = TorchRunner(default_model, dtype="float32", device="cpu")

@@ -3,9 +3,10 @@
 A safetensors folder (Hugging Face or mlx-community, 4- and 8-bit included)
 loads through mlx-lm's own loader.  A GGUF folder (see checkpoints/gguf_convert)
 loads through MLX's GGUF reader: Q4_0, Q4_1 and Q8_0 arrive as MLX's own
-quantized layout (group 32, no loss), the other formats as float16; names are
-mapped to Hugging Face's and llama's permuted q/k rows put back, as the
-converter does.
+quantized layout (group 32, no loss); names are mapped to Hugging Face's and
+llama's permuted q/k rows put back, as the converter does.  A GGUF that MLX's
+reader refuses (the K-quants of Q4_K_M and Q5_K_M files) is dequantized to
+float32 by the gguf package instead, as the fp32 reference reads it.
 
 `weights` picks what the layers compute with: "auto" keeps the checkpoint's
 format on a GPU and dequantizes to float32 on the CPU, where MLX's quantized
@@ -15,6 +16,7 @@ and float16 matrix products are many times slower than float32 ones.
 from __future__ import annotations
 
 import importlib
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,9 @@ import numpy as np
 
 from ...checkpoints.errors import CheckpointError
 from ...checkpoints.files import gguf_file, read_config, safetensors_files
-from ...checkpoints.gguf_convert import hf_tensor_name, unpermute_rotary
+from ...checkpoints.gguf_convert import dequantized_weights, hf_tensor_name, unpermute_rotary
+
+log = logging.getLogger(__name__)
 
 WEIGHTS = ("auto", "stored", "float32", "float16")
 
@@ -40,7 +44,11 @@ def model_classes(config: dict[str, Any]) -> tuple[type, type]:
 def _gguf_arrays(path: Path, config: dict[str, Any]) -> dict[str, Any]:
     import mlx.core as mx
 
-    arrays, meta = mx.load(str(path), return_metadata=True)
+    try:
+        arrays, meta = mx.load(str(path), return_metadata=True)
+    except RuntimeError as exc:                  # a format MLX's reader lacks: K-quants
+        log.info("MLX cannot read %s as stored (%s); dequantizing it to float32", path.name, exc)
+        return {name: mx.array(w) for name, w in dequantized_weights(path)}
     arch = str(meta.get("general.architecture", ""))
     out = {}
     for name, value in arrays.items():
