@@ -263,9 +263,8 @@ def side_by_side(args: argparse.Namespace, folder: Path, reference, prompt: list
     """Ours and `reference` alternating in one process, then our --streams aggregate."""
     from ..cli import engine_config
 
-    n_ctx = len(prompt) + args.new_tokens + 16
     config = dataclasses.replace(engine_config(args), parallel=max(args.streams, 1), decode_share=0.0,
-                                 context=args.context or n_ctx)    # a KV pool for the runs, not all memory
+                                 context=args.context or run_context(prompt, args))  # a KV pool for the runs
     ours = OurEngine(folder, config)
     rss_loaded = rss_mib()
     theirs_engine = reference()
@@ -303,6 +302,11 @@ def side_by_side(args: argparse.Namespace, folder: Path, reference, prompt: list
           f"({name} loaded too){theirs_engine.memory_note()}")
 
 
+def run_context(prompt: list[int], args: argparse.Namespace) -> int:
+    """The window one bench run needs: the prompt, its reply and a margin."""
+    return len(prompt) + args.new_tokens + 16
+
+
 def stream_prompts(tokenizer, prompt: list[int], n: int) -> list[list[int]]:
     """`n` prompts as long as `prompt` with distinct openings, so the streams share no cached prefix."""
     return [(tokenizer.encode(f"Log {i + 1}: ") + prompt)[:len(prompt)] for i in range(n)]
@@ -333,9 +337,8 @@ def run_decode_bench(args: argparse.Namespace) -> int:
             why = f"no GGUF file at {gguf}" if gguf else f"no GGUF file is known for {folder.name}"
             print(f"tensorfold: bench decode --against llama.cpp: {why}; pass --gguf PATH", file=sys.stderr)
             return 2
-        n_ctx = len(prompt) + args.new_tokens + 16
-        side_by_side(args, folder, lambda: LlamaCpp(gguf, our_threads(args.threads), n_ctx), prompt,
-                     stream_prompts(tokenizer, prompt, args.streams))
+        side_by_side(args, folder, lambda: LlamaCpp(gguf, our_threads(args.threads), run_context(prompt, args)),
+                     prompt, stream_prompts(tokenizer, prompt, args.streams))
     if "mlx-lm" in against:
         from ..backends.mlx.runner import mlx_missing
 

@@ -79,7 +79,6 @@ def window_logits(llm: Any, tokens: list[int]) -> np.ndarray:
     return llm.scores[:len(tokens)]
 
 
-
 def many(gguf: Path, threads: int, prompts: list[list[int]], new_tokens: int) -> float:
     """llama.cpp's aggregate decode tokens/s for `prompts` decoded together, as llama-server's
     parallel slots run them: one context holding a sequence per prompt, each step one batch
@@ -113,7 +112,7 @@ def many(gguf: Path, threads: int, prompts: list[list[int]], new_tokens: int) ->
             for c in range(0, len(prompt), 512):
                 part = prompt[c:c + 512]
                 decode([(t, c + k, s, c + k == len(prompt) - 1) for k, t in enumerate(part)])
-            last.append(pick(len(prompt) - 1 - (len(prompt) - 1) // 512 * 512))
+            last.append(pick((len(prompt) - 1) % 512))            # its row in the last batch
             pos.append(len(prompt))
         t0 = time.perf_counter()
         for step in range(new_tokens - 1):

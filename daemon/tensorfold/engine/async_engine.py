@@ -37,7 +37,7 @@ def make_runner(folder: Path, config: EngineConfig) -> Any:
     """MLX when asked (auto: on Apple silicon); else the CPU runs the native kernels (weights
     kept quantized) and CUDA runs torch."""
     if pick_engine(config) == "mlx":
-        if (config.dtype, config.weights, config.device) != ("auto", "auto", "auto"):
+        if torch_settings(config):
             raise UnsupportedModel("--dtype, --weights and --device apply to the torch engine; MLX runs on "
                                    "its default device in the checkpoint's format (float32 on a CPU)")
         from ..backends.mlx.runner import MLXRunner, mlx_missing
@@ -57,6 +57,11 @@ def make_runner(folder: Path, config: EngineConfig) -> Any:
     return TorchRunner(folder, dtype=config.dtype, device=config.device)
 
 
+def torch_settings(config: EngineConfig) -> bool:
+    """Whether a setting only the torch engine takes (--dtype, --weights, --device) was given."""
+    return (config.dtype, config.weights, config.device) != ("auto", "auto", "auto")
+
+
 def pick_engine(config: EngineConfig) -> str:
     """--engine; auto is MLX on Apple silicon where mlx is installed (the mlx extra) and no
     torch-only setting was given, else torch."""
@@ -68,8 +73,7 @@ def pick_engine(config: EngineConfig) -> str:
         return "torch"
     from ..backends.mlx.runner import mlx_missing
 
-    torch_only = (config.dtype, config.weights, config.device) != ("auto", "auto", "auto")
-    return "torch" if torch_only or mlx_missing() else "mlx"
+    return "torch" if torch_settings(config) or mlx_missing() else "mlx"
 
 
 class AsyncEngine:

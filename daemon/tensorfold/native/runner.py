@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..backends.host import host_budget
+from ..backends.rows import Segment, check_rows
 from ..backends.torch.models.llama import ModelArgs
 from ..backends.torch.runner import UnsupportedModel
 from ..checkpoints.files import read_config
@@ -20,15 +20,6 @@ from .model import NativeModel
 log = logging.getLogger(__name__)
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM")
-
-
-@dataclass(slots=True)
-class Segment:
-    """Rows for positions start..start+rows-1 of one sequence inside a forward's batch."""
-
-    table: list[int]
-    start: int
-    rows: int
 
 
 class NativeRunner:
@@ -76,23 +67,16 @@ class NativeRunner:
 
     def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> torch.Tensor:
         """Run `tokens` (segments' rows, in order); fp32 logits [len(out_rows), vocab]."""
-        B = self.model.struct.block_size
+        check_rows(tokens, segments, self.model.struct.block_size, self.model.num_blocks, self.max_positions,
+                   self.vocab_size)
         tables, pos, tab_off = [], [], []
         for seg in segments:
-            end = seg.start + seg.rows
-            if end > self.max_positions or -(-end // B) > len(seg.table):
-                raise ValueError(f"positions up to {end} exceed the window or the segment's blocks")
             tab_off += [len(tables)] * seg.rows
-            pos += range(seg.start, end)
+            pos += range(seg.start, seg.start + seg.rows)
             tables += seg.table
         i32 = np.int32
-        t, blocks = np.asarray(tokens, dtype=i32), np.asarray(tables or [0], dtype=i32)
-        if t.size and (t.min() < 0 or t.max() >= self.vocab_size):
-            raise ValueError(f"token id outside the vocabulary (0..{self.vocab_size - 1})")
-        if blocks.min() < 0 or blocks.max() >= self.model.num_blocks:
-            raise ValueError("a block id is outside the KV map")
-        return self.model.forward(t, np.asarray(pos, i32), np.asarray(tab_off, i32), blocks,
-                                  np.asarray(out_rows, i32))
+        return self.model.forward(np.asarray(tokens, i32), np.asarray(pos, i32), np.asarray(tab_off, i32),
+                                  np.asarray(tables or [0], i32), np.asarray(out_rows, i32))
 
 
 def default_threads() -> int:

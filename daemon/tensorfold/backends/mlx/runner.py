@@ -20,7 +20,6 @@ built yet.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +27,9 @@ import numpy as np
 import torch
 
 from ..host import host_budget
+from ..rows import Segment, check_rows
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class Segment:
-    """Rows for positions start..start+rows-1 of one sequence inside a forward's batch."""
-
-    table: list[int]
-    start: int
-    rows: int
 
 
 def mlx_missing() -> str | None:
@@ -54,24 +45,31 @@ def mlx_missing() -> str | None:
 
 class KVPool:
     """Keys and values of every layer, [slots, kv_heads, head_dim] each, slot = block * B + offset.
-    Grows (doubling) as higher block ids are first used, up to `num_blocks`."""
+    Grows (doubling, where the memory free allows) as higher block ids are first used, up to
+    `num_blocks`."""
 
     def __init__(self, layers: int, kv_heads: int, head_dim: int, num_blocks: int, block_size: int,
                  dtype: Any) -> None:
         self.shape, self.dtype = (kv_heads, head_dim), dtype
         self.num_blocks, self.block_size = num_blocks, block_size
+        self.block_bytes = 2 * layers * block_size * kv_heads * head_dim * dtype.size
         self.blocks = 0
         self.k: list[Any] = [None] * layers
         self.v: list[Any] = [None] * layers
 
-    def ensure(self, blocks: int, affordable: int) -> None:
-        """Hold at least `blocks` blocks: double where `affordable` more blocks fit in memory."""
+    def shortfall(self, blocks: list[int]) -> int:
+        """Bytes that growing to hold `blocks` would take beyond the memory free now; 0 when
+        they fit."""
+        grow = max(blocks, default=-1) + 1 - self.blocks
+        return max(0, grow * self.block_bytes - host_budget()) if grow > 0 else 0
+
+    def ensure(self, blocks: int) -> None:
+        """Hold at least `blocks` blocks."""
         import mlx.core as mx
 
         if blocks <= self.blocks:
             return
-        if blocks > self.num_blocks:
-            raise ValueError("a block id is outside the KV pool")
+        affordable = host_budget() // self.block_bytes
         grown = min(self.num_blocks, max(blocks, min(2 * self.blocks, self.blocks + affordable), 16))
         more = ((grown - self.blocks) * self.block_size, *self.shape)
         for arrays in (self.k, self.v):
@@ -80,9 +78,6 @@ class KVPool:
                     mx.concatenate([a, mx.zeros(more, dtype=self.dtype)])
         mx.eval(self.k, self.v)
         self.blocks = grown
-
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.k + self.v if a is not None)
 
 
 class RowCache:
@@ -119,7 +114,6 @@ class MLXRunner:
         self.act_dtype = inner.norm.weight.dtype
         self.vocab_size = int(config["vocab_size"])
         self.max_positions = int(config.get("max_position_embeddings") or 2048)
-        self.weights = weights
         self.pool: KVPool | None = None
         log.info("loaded %s in MLX (%s, %d layers) on %s, computing in %s", folder.name, config.get("model_type"),
                  self.layers, "the GPU" if self.gpu else "the CPU", str(self.act_dtype).removeprefix("mlx.core."))
@@ -144,17 +138,9 @@ class MLXRunner:
     def free_memory(self) -> int:
         return host_budget()
 
-    def _block_bytes(self) -> int:
-        return self.pool.block_size * self.kv_bytes_per_token()
-
-    def _affordable_blocks(self) -> int:
-        return host_budget() // self._block_bytes()
-
     def kv_shortfall(self, blocks: list[int]) -> int:
-        """Bytes the pool would have to grow by to hold `blocks` beyond the memory free now
-        (the projected-memory check before a prefill); 0 when they fit."""
-        grow = max(blocks, default=-1) + 1 - self.pool.blocks
-        return max(0, grow * self._block_bytes() - host_budget()) if grow > 0 else 0
+        """The projected-memory check before a prefill: bytes the pool lacks for `blocks`."""
+        return self.pool.shortfall(blocks)
 
     def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> torch.Tensor:
         """Run `tokens` (segments' rows, in order), each row alone; fp32 logits [len(out_rows), vocab]."""
@@ -162,22 +148,14 @@ class MLXRunner:
 
         pool = self.pool
         B = pool.block_size
+        check_rows(tokens, segments, B, pool.num_blocks, self.max_positions, self.vocab_size)
         rows = []
         for seg in segments:
             end = seg.start + seg.rows
-            if end > self.max_positions or -(-end // B) > len(seg.table):
-                raise ValueError(f"positions up to {end} exceed the window or the segment's blocks")
             table = np.asarray(seg.table, dtype=np.int64)
-            if table.size and (table.min() < 0 or table.max() >= pool.num_blocks):
-                raise ValueError("a block id is outside the KV pool")
-            pool.ensure(int(table[:-(-end // B)].max()) + 1 if end else 0, self._affordable_blocks())
+            pool.ensure(int(table[:-(-end // B)].max()) + 1 if end else 0)
             slots = (table[:, None] * B + np.arange(B)).reshape(-1)
             rows += [(slots, p) for p in range(seg.start, end)]
-        if len(tokens) != len(rows):
-            raise ValueError("tokens and segment rows differ in number")
-        t = np.asarray(tokens, dtype=np.int64)
-        if t.size and (t.min() < 0 or t.max() >= self.vocab_size):
-            raise ValueError(f"token id outside the vocabulary (0..{self.vocab_size - 1})")
         wanted = {r: i for i, r in enumerate(out_rows)}
         logits: list[Any] = [None] * len(out_rows)
         for r, (slots, pos) in enumerate(rows):

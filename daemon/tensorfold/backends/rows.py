@@ -1,0 +1,34 @@
+"""The rows of a forward as the CPU-side runners (native, MLX) take them: segments of
+sequences with their block tables, and the checks every such forward makes first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class Segment:
+    """Rows for positions start..start+rows-1 of one sequence inside a forward's batch."""
+
+    table: list[int]
+    start: int
+    rows: int
+
+
+def check_rows(tokens: list[int], segments: list[Segment], block_size: int, num_blocks: int,
+               max_positions: int, vocab_size: int) -> None:
+    """ValueError unless every token is in the vocabulary, there is one per segment row, and
+    every segment's positions fit the window and its blocks, which lie in the KV cache."""
+    for seg in segments:
+        end = seg.start + seg.rows
+        if end > max_positions or -(-end // block_size) > len(seg.table):
+            raise ValueError(f"positions up to {end} exceed the window or the segment's blocks")
+        if seg.table and (min(seg.table) < 0 or max(seg.table) >= num_blocks):
+            raise ValueError("a block id is outside the KV cache")
+    if len(tokens) != sum(seg.rows for seg in segments):
+        raise ValueError("tokens and segment rows differ in number")
+    t = np.asarray(tokens, dtype=np.int64)
+    if t.size and (t.min() < 0 or t.max() >= vocab_size):
+        raise ValueError(f"token id outside the vocabulary (0..{vocab_size - 1})")
