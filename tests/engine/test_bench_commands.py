@@ -57,3 +57,43 @@ def test_bench_decode_against_llamacpp(default_model, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "ratio (ours / llama.cpp)" in out and "tensorfold 2 streams" in out and "GGUF" in out
+
+
+def test_bench_decode_against_mlxlm_and_its_server(tiny_model, capsys):
+    """The MLX engine beside mlx-lm's generate loop (same tokens) and mlx_lm.server's streams."""
+    pytest.importorskip("mlx.core")
+    pytest.importorskip("mlx_lm")
+    code = main(["--log-level", "WARNING", "bench", "decode", "--engine", "mlx", "--against", "mlx-lm",
+                 "--model", str(tiny_model), "--new-tokens", "6", "--prompt-tokens", "16", "--repeats", "1",
+                 "--streams", "2"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "ratio (ours / mlx-lm)" in out and "greedy tokens equal to mlx-lm's: the first 6 of 6" in out
+    line = next(x for x in out.splitlines() if x.startswith("mlx-lm 2 streams"))
+    assert math.isfinite(float(line.split()[3])), line
+
+
+def test_mlx_folder_written_for_mlxlm_server_loads_the_same_model(tiny_model, tmp_path):
+    """The folder mlx_lm.server is given holds the model as our loader built it: mlx-lm's own
+    loader reads it back to the same logits, bit for bit."""
+    mx = pytest.importorskip("mlx.core")
+    pytest.importorskip("mlx_lm")
+    from mlx_lm.utils import load
+
+    from tensorfold.backends.mlx.load import load_model
+    from tensorfold.bench.mlxlm_server import write_mlx_folder
+
+    model, _ = load_model(tiny_model)
+    write_mlx_folder(model, tiny_model, tmp_path / "m")
+    again, tokenizer = load(str(tmp_path / "m"))
+    ids = mx.array([tokenizer.encode("The lighthouse keeper wrote")])
+    a, b = model(ids), again(ids)
+    assert a.dtype == b.dtype and bool(mx.array_equal(a, b))
+
+
+def test_lockstep_rate_counts_the_window_where_every_stream_decodes():
+    from tensorfold.bench.mlxlm_server import lockstep_rate
+
+    # stream 0 tokens at 0..4 s, stream 1 at 2..8 s: window (2, 4], stream 0's 2 tokens in it, both streams
+    assert lockstep_rate([[0, 1, 2, 3, 4], [2, 4, 6, 8]]) == 2 * 2 / 2
+    assert math.isnan(lockstep_rate([[], []]))

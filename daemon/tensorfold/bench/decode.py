@@ -29,6 +29,8 @@ from pathlib import Path
 
 import torch
 
+from .mlxlm_server import lockstep_rate
+
 PARAGRAPH = (
     "The lighthouse keeper wrote in his log every evening: the colour of the sea, the ships that "
     "passed, the birds that rested on the rail. Over forty years the entries grew shorter, yet "
@@ -125,9 +127,7 @@ class OurEngine:
         self._submit(prompts, new_tokens, emit)
         for _ in prompts:
             self._check(done.get())
-        start, end = max(t[0] for t in times), min(t[-1] for t in times)
-        rounds = sum(start < t <= end for t in min(times, key=lambda t: t[-1]))
-        return len(prompts) * rounds / (end - start) if rounds else float("nan")
+        return lockstep_rate(times)
 
 
 def run_engine(folder: Path, config, prompt: list[int], new_tokens: int, repeats: int) -> Rates:
@@ -237,14 +237,27 @@ class LlamaCpp(Reference):
 
 class MlxLm(Reference):
     """mlx-lm's own generate loop (generate_step, its KV cache) on the same model as our MLX
-    engine loads: the same checkpoint in the same format."""
+    engine loads: the same checkpoint in the same format; its streams through mlx_lm.server."""
 
     name = "mlx-lm"
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, tokenizer) -> None:
         from ..backends.mlx.load import load_model
 
+        self.folder, self.tokenizer = folder, tokenizer
         self.model, _ = load_model(folder)
+
+    def describe(self) -> str:
+        return "generate_step in this process; streams: mlx_lm.server"
+
+    def many(self, prompts: list[list[int]], new_tokens: int) -> float:
+        from .mlxlm_server import MlxLmServer
+
+        server = MlxLmServer(self.model, self.folder, len(prompts), new_tokens)
+        try:
+            return server.many([self.tokenizer.decode(p) for p in prompts], new_tokens)
+        finally:
+            server.close()
 
     def greedy(self, prompt: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
         import mlx.core as mx
@@ -345,7 +358,7 @@ def run_decode_bench(args: argparse.Namespace) -> int:
         if (why := mlx_missing()) is not None:
             print(f"tensorfold: bench decode --against mlx-lm: {why}", file=sys.stderr)
             return 2
-        side_by_side(args, folder, lambda: MlxLm(folder), prompt, stream_prompts(tokenizer, prompt, args.streams))
+        side_by_side(args, folder, lambda: MlxLm(folder, tokenizer), prompt, stream_prompts(tokenizer, prompt, args.streams))
     if "transformers" in against:
         device = pick_device(args.device)
         dtype = pick_dtype(args.dtype, device)
