@@ -165,6 +165,34 @@ def test_linear_every_isa_matches_scalar_reference(weight, isa):
         assert same_bits(got, ref), f"isa {isa}, rows {rows}"
 
 
+def _extreme_raw(qtype, n: int, k: int) -> np.ndarray:
+    """Raw K-quant blocks whose integer sums are as large as the format allows: Q4_K and Q5_K
+    values and codes all at their maximum; Q6_K values at -32 and codes at -128."""
+    raw = random_raw(qtype, n, k, seed=13).reshape(n, k // 256, -1)
+    if qtype == QT.Q6_K:
+        raw[..., :192] = 0              # ql, qh: q = 0, value -32
+        raw[..., 192:208] = 0x80        # scales: -128
+    else:
+        raw[..., 4:] = 0xFF             # past d and dmin: 6-bit codes 63, values 15 (Q5_K: 31)
+    return raw.reshape(n, -1)
+
+
+@pytest.mark.parametrize("isa", [i for i in ISAS if i != 0])
+@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q5_K, QT.Q6_K])
+def test_linear_integer_sums_at_their_bounds(qtype, isa):
+    """Every ISA's exact integer parts hold at the largest sums a format allows (activations
+    all at +-127, values and codes at their extremes): a SIMD path that narrowed a sum too far
+    would differ from the scalar reference here."""
+    p = Q.pack_gguf(qtype, _extreme_raw(qtype, N, K), N, K)
+    for sign in (1.0, -1.0):
+        for rows in (1, 4, 8, 9):
+            x = np.full((rows, K), sign * 3.0, F32)
+            use_isa(0)
+            ref = linear(p, x)
+            use_isa(isa)
+            assert same_bits(linear(p, x), ref), f"isa {isa}, rows {rows}, sign {sign}"
+
+
 @pytest.mark.parametrize("isa", ISAS)
 def test_linear_row_invariance(weight, isa):
     """Row r of any batch equals the same row computed alone, whatever its neighbours hold."""
