@@ -237,16 +237,15 @@ def _dequantized(tensor: Any) -> np.ndarray:
 def iter_gguf_weights(gguf_path: str | Path) -> Iterator[tuple[str, Any, np.ndarray, tuple[int, ...]]]:
     """Yield ``(hf_name, ggml_type, data, shape)`` for every weight of the GGUF, as stored.
 
-    ``data`` is what ``gguf.GGUFReader`` maps: raw ggml blocks (uint8, one row
+    ``data`` is what ``gguf.GGUFReader`` would map (read by gguf_index): raw ggml blocks (uint8, one row
     of blocks per output row) for quantized types, floats otherwise; ``shape``
     is the torch shape.  llama's q/k rows are put back in Hugging Face order
     (rows are independent, so this works on raw blocks too)."""
-    from gguf import GGUFReader
+    from .gguf_index import read_index
 
-    reader = GGUFReader(str(gguf_path))
-    meta = read_metadata(reader)
+    meta, tensors = read_index(gguf_path)
     arch = str(meta.get("general.architecture", ""))
-    for tensor in reader.tensors:
+    for tensor in tensors:
         name = hf_tensor_name(tensor.name)
         if name is None:
             continue
