@@ -92,7 +92,7 @@ def test_mlx_folder_written_for_mlxlm_server_loads_the_same_model(tiny_model, tm
 
 
 def test_lockstep_rate_counts_the_window_where_every_stream_decodes():
-    from tensorfold.bench.mlxlm_server import lockstep_rate
+    from tensorfold.bench.decode import lockstep_rate
 
     # stream 0 tokens at 0..4 s, stream 1 at 2..8 s: window (2, 4], stream 0's 2 tokens in it, both streams
     assert lockstep_rate([[0, 1, 2, 3, 4], [2, 4, 6, 8]]) == 2 * 2 / 2

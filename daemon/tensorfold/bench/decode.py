@@ -29,8 +29,6 @@ from pathlib import Path
 
 import torch
 
-from .mlxlm_server import lockstep_rate
-
 PARAGRAPH = (
     "The lighthouse keeper wrote in his log every evening: the colour of the sea, the ships that "
     "passed, the birds that rested on the rail. Over forty years the entries grew shorter, yet "
@@ -46,6 +44,17 @@ class Rates:
     @classmethod
     def median(cls, runs: list[Rates]) -> Rates:
         return cls(statistics.median(r.prefill_tps for r in runs), statistics.median(r.decode_tps for r in runs))
+
+
+def lockstep_rate(times: list[list[float]]) -> float:
+    """Aggregate tokens/s of streams whose token arrival times are `times`, over the window
+    where all of them decode: from the last stream's first token to the first stream's last."""
+    times = [t for t in times if t]
+    if not times:
+        return float("nan")
+    start, end = max(t[0] for t in times), min(t[-1] for t in times)
+    rounds = sum(start < t <= end for t in min(times, key=lambda t: t[-1]))
+    return len(times) * rounds / (end - start) if rounds else float("nan")
 
 
 def bench_prompt(tokenizer, n_tokens: int) -> list[int]:
@@ -358,7 +367,8 @@ def run_decode_bench(args: argparse.Namespace) -> int:
         if (why := mlx_missing()) is not None:
             print(f"tensorfold: bench decode --against mlx-lm: {why}", file=sys.stderr)
             return 2
-        side_by_side(args, folder, lambda: MlxLm(folder, tokenizer), prompt, stream_prompts(tokenizer, prompt, args.streams))
+        side_by_side(args, folder, lambda: MlxLm(folder, tokenizer), prompt,
+                     stream_prompts(tokenizer, prompt, args.streams))
     if "transformers" in against:
         device = pick_device(args.device)
         dtype = pick_dtype(args.dtype, device)

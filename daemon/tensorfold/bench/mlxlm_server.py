@@ -24,19 +24,10 @@ from typing import Any
 
 import httpx
 
+from .decode import lockstep_rate
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
                    "generation_config.json", "tokenizer.model", "vocab.json", "merges.txt")
-
-
-def lockstep_rate(times: list[list[float]]) -> float:
-    """Aggregate tokens/s of streams whose token arrival times are `times`, over the window
-    where all of them decode: from the last stream's first token to the first stream's last."""
-    times = [t for t in times if t]
-    if not times:
-        return float("nan")
-    start, end = max(t[0] for t in times), min(t[-1] for t in times)
-    rounds = sum(start < t <= end for t in min(times, key=lambda t: t[-1]))
-    return len(times) * rounds / (end - start) if rounds else float("nan")
 
 
 def write_mlx_folder(model: Any, folder: Path, out: Path) -> None:
