@@ -30,6 +30,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                         "at load (auto: q8_0)")
     p.add_argument("--context", type=int, default=None, help="served context window (default: the model's)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: the machine's cores); replies are the same at any count")
+    p.add_argument("--ranks", type=int, default=1,
+                   help="processes the model is split across (CPU: gloo; replies are the same as on one); "
+                        "serve starts the others itself, or run it under torchrun")
     p.add_argument("--parallel", default="auto",
                    help="requests sharing rounds: auto (%d lanes within memory) or N" % AUTO_LANES)
     p.add_argument("--decode-share", type=float, default=0.25,
@@ -54,7 +57,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                          "chunks >= 1")
     return EngineConfig(model=args.model, engine=args.engine, dtype=args.dtype, device=args.device, weights=args.weights,
                         context=args.context,
-                        threads=args.threads, parallel=parallel, prefill_chunk=args.prefill_chunk,
+                        threads=args.threads, ranks=args.ranks, parallel=parallel, prefill_chunk=args.prefill_chunk,
                         background_chunk=args.background_chunk, decode_share=args.decode_share,
                         kv_memory=args.kv_memory, draft_model=args.draft_model,
                         chat_template=_read_template(args.chat_template))
@@ -147,6 +150,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from .ranks.launch import torchrun_rank
+
+    if (started := torchrun_rank()) and started[0] != 0:      # torchrun's other ranks follow rank 0
+        return _follow(args, *started)
     from .api.app import create_app
     from .api.edge.origins import AllowedOrigins
     from .api.server import bind_socket, serve, url_for
@@ -185,6 +192,16 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         engine.stop()
     return 0
+
+
+def _follow(args: argparse.Namespace, rank: int, world: int, host: str, port: int) -> int:
+    from .checkpoints.resolve import resolve_model
+    from .ranks.launch import run_follower, torchrun_store
+
+    if world != args.ranks:
+        raise SystemExit(f"tensorfold: torchrun started {world} ranks; --ranks says {args.ranks}")
+    return run_follower(str(resolve_model(args.model)), rank, world, host, port, args.weights, args.threads,
+                        store=torchrun_store(rank, world, host, port))
 
 
 def _pull(args: argparse.Namespace) -> int:

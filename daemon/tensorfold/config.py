@@ -24,6 +24,7 @@ class EngineConfig:
     weights: str = "auto"               # CPU: auto (a GGUF as stored, else q8_0) | q8_0 | q4_0 | bf16
     context: int | None = None          # served window; None: the checkpoint's limit, within memory
     threads: int | None = None          # CPU threads; None: the machine's cores
+    ranks: int = 1                      # processes the model is split across (CPU, gloo)
     parallel: int = 0                   # lanes sharing rounds; 0 is auto
     prefill_chunk: int = 256            # prompt rows per prefill round
     background_chunk: int = 64          # prompt rows per round for a background prompt

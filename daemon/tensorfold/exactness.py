@@ -9,6 +9,8 @@ each reply's token_sha (SHA-256 of its token ids) across:
 - reused prefix (a rerun, prompt in the prefix cache) vs fresh;
 - a different prefill chunk size vs the default (in-process only);
 - one CPU thread vs two (in-process only: the kernels split outputs, never a sum);
+- two ranks vs one (in-process, on the CPU: the model split across two gloo
+  processes; every case, 8 at a time, drafted by prompt lookup);
 - a background request preempted by foreground ones and replayed vs solo;
 - streamed vs whole;
 - penalties and logit_bias in some cases (frequency, presence, repetition);
@@ -188,8 +190,9 @@ async def preempted(http: httpx.AsyncClient, case: Case) -> tuple[dict[str, Any]
     return result, int((await health(http)).get("preemptions_total", 0)) > before
 
 
+RANKS = "2 ranks (8 concurrent, drafted) vs 1 rank"
 COMPARISONS = ("concurrent (8, staggered) vs solo", "reused prefix vs fresh", "other prefill chunk vs default",
-               "1 thread vs 2 threads",
+               "1 thread vs 2 threads", RANKS,
                "background preempted vs solo", "streamed vs whole",
                "ngram drafted vs draft:false", "ngram drafted x8 concurrent vs draft:false",
                "model drafted vs draft:false", "model drafted x8 concurrent vs draft:false")
@@ -230,6 +233,11 @@ async def run_suite(urls: dict[str, str | None], cases: list[Case], preempt_case
             async with httpx.AsyncClient(base_url=urls[server], timeout=timeout) as http:
                 for c, f in zip(cases, fresh):
                     tallies[comparison].add(c, f["sha"], (await ask(http, c.body))["sha"])
+    if urls.get("ranks2"):
+        async with httpx.AsyncClient(base_url=urls["ranks2"], timeout=timeout) as http:
+            split = await concurrent(http, cases, 8, seed + 2)
+        for c, f, t in zip(cases, fresh, split):
+            tallies[RANKS].add(c, f["sha"], t["sha"])
     if urls.get("model"):
         async with httpx.AsyncClient(base_url=urls["model"], timeout=timeout) as http:
             await drafted_vs_serial(http, cases, seed, "model", tallies)
@@ -255,7 +263,8 @@ def in_process_servers(args: argparse.Namespace) -> Iterator[dict[str, str]]:
     from .api.server import ServerThread
     from .checkpoints.resolve import resolve_model
     from .config import EngineConfig, ServerConfig
-    from .engine.async_engine import AsyncEngine
+    from .backends.torch.runner import pick_device
+    from .engine.async_engine import AsyncEngine, pick_engine
     from .parsers import parser_for_template
 
     folder = resolve_model(args.model)
@@ -266,6 +275,8 @@ def in_process_servers(args: argparse.Namespace) -> Iterator[dict[str, str]]:
                "chunk": EngineConfig(parallel=2, prefill_chunk=23, **common),
                "preempt": EngineConfig(parallel=1, **common),
                "model": EngineConfig(parallel=8, draft_model=args.draft_model or str(folder), **common)}
+    if pick_engine(configs["main"]) == "torch" and pick_device(args.device).type == "cpu":
+        configs["ranks2"] = EngineConfig(parallel=8, threads=1, ranks=2, **common)
     with ExitStack() as stack:
         urls = {}
         for name, cfg in configs.items():
@@ -286,7 +297,7 @@ def report(tallies: dict[str, Tally], optional: set[str]) -> bool:
     ok = True
     for name, t in tallies.items():
         shown = f"{t.identical} / {t.total}" if t.total else (
-            "n/a (in-process only)" if name in optional else "NOT RUN")
+            "n/a" if name in optional else "NOT RUN")
         print(f"{name:44}{shown:>20}")
         ok &= t.identical == t.total and (t.total > 0 or name in optional)
         for f in t.failures[:10]:
@@ -308,12 +319,13 @@ def run_exactness(args: argparse.Namespace) -> int:
     if args.url:
         urls = {"main": args.url, "chunk": None, "threads1": None, "preempt": args.url, "model": None}
         tallies = asyncio.run(run_suite(urls, cases, args.preempt_cases, args.seed))
-        # a daemon has one drafter and one prefill chunk: the rows of the others stay empty
-        optional = {name for name in COMPARISONS if "drafted" in name or "chunk" in name or "thread" in name}
+        # a daemon has one drafter, one prefill chunk and one rank count: the rows of the others stay empty
+        optional = {name for name in COMPARISONS
+                    if "drafted" in name or "chunk" in name or "thread" in name or "rank" in name}
     else:
         with in_process_servers(args) as urls:
             tallies = asyncio.run(run_suite(urls, cases, args.preempt_cases, args.seed))
-        optional = set()
+        optional = set() if "ranks2" in urls else {RANKS}          # ranks: on the CPU engine
     return 0 if report(tallies, optional) else 1
 
 

@@ -653,3 +653,22 @@ def test_cache_hands_out_written_free_blocks_once():
     b = cache.allocate(1)
     cache.release(b)
     assert cache.take_trimmable() == b
+
+
+@pytest.mark.parametrize("isa", [i for i in ISAS if i != 0])
+def test_a_ranks_rows_give_the_whole_weights_outputs(weight, isa):
+    """A rank keeps a run of each weight's rows (native/shard.py): those rows, as a weight of their
+    own, give the whole weight's outputs bit for bit, at 1 and 8 rows of activations."""
+    from tensorfold.native.shard import take_bias, take_rows
+
+    p, bias = weight
+    use_isa(isa)
+    for rows in (1, 8):
+        x = acts(rows, seed=13)
+        whole = linear(p, x, bias)
+        for a, b in ((0, 16), (16, 32), (32, p.n), (16, p.n)):
+            part = linear(take_rows(p, a, b), x, take_bias(bias, a, b))
+            assert same_bits(part, whole[:, a:b]), (a, b, rows)
+    if p.fmt != Q.FMT_BF16:         # packed in groups of 8 or 16 rows: a cut inside one is refused
+        with pytest.raises(ValueError, match="groups"):
+            take_rows(p, 4, 32)

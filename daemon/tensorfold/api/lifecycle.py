@@ -67,6 +67,9 @@ class Drain:
         it has returned its response."""
         if self.closing:
             raise _shutting_down()
+        if down := getattr(self.engine, "down", None):
+            raise errors.APIError(f"The server cannot generate: {down}", status=503, type=errors.SERVER_ERROR,
+                                  code="engine_down")
         from quart import has_request_context, request
 
         task = asyncio.current_task()

@@ -13,6 +13,7 @@ import gc
 import logging
 import threading
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,11 @@ log = logging.getLogger(__name__)
 def make_runner(folder: Path, config: EngineConfig) -> Any:
     """MLX when asked (auto: on Apple silicon); else the CPU runs the native kernels (weights
     kept quantized) and CUDA runs torch."""
+    if config.ranks < 1:
+        raise UnsupportedModel(f"--ranks {config.ranks}: give 1 or more")
     if pick_engine(config) == "mlx":
+        if config.ranks > 1:
+            raise UnsupportedModel("--ranks applies to the torch engine; MLX serves on one rank")
         if torch_settings(config):
             raise UnsupportedModel("--dtype, --weights and --device apply to the torch engine; MLX runs on "
                                    "its default device in the checkpoint's format (float32 on a CPU)")
@@ -49,9 +54,15 @@ def make_runner(folder: Path, config: EngineConfig) -> Any:
         if config.dtype not in ("auto", "float32"):
             raise UnsupportedModel(f"--dtype {config.dtype} applies to CUDA; the CPU engine computes in float32 "
                                    "and --weights picks how weights are stored")
+        if config.ranks > 1:
+            from ..ranks.launch import start_leader
+
+            return start_leader(folder, config)
         from ..native.runner import NativeRunner
 
         return NativeRunner(folder, weights=config.weights, threads=config.threads)
+    if config.ranks > 1:
+        raise UnsupportedModel("--ranks applies to the CPU engine (gloo); CUDA serves on one rank in this version")
     if config.weights != "auto":
         raise UnsupportedModel("--weights applies to the CPU engine; CUDA runs --dtype")
     return TorchRunner(folder, dtype=config.dtype, device=config.device)
@@ -114,7 +125,7 @@ class AsyncEngine:
                 tokenizer.eos_token_ids != self.tokenizer.eos_token_ids:
             raise CheckpointError(f"--draft-model {folder.name} does not use the tokenizer of "
                                   f"{self.model_name}; a draft model must share its target's tokenizer")
-        runner = make_runner(folder, config)
+        runner = make_runner(folder, replace(config, ranks=1))     # drafts on rank 0; verified on every rank
         log.info("drafting with %s", folder.name)
         return DraftModelDrafter(runner, plan.num_blocks, plan.block_size, config.prefill_chunk)
 
@@ -136,6 +147,8 @@ class AsyncEngine:
 
     def stop(self) -> None:
         self.core.stop()
+        if hasattr(self.runner, "close"):          # the other ranks, when there are some
+            self.runner.close()
         if self._grammar is not None:
             self._grammar.close()
             self._grammar.join()
@@ -147,10 +160,16 @@ class AsyncEngine:
         if self._grammar is not None:
             self._grammar.close()
 
+    @property
+    def down(self) -> str | None:
+        """Why the engine cannot serve until it is restarted (a rank failed), or None."""
+        return getattr(self.runner, "down", None)
+
     def health(self) -> dict[str, int | float | bool | str]:
+        down = {"down": self.down} if self.down else {}
         return {**self.core.counters.snapshot(), "drafter": self.drafter.name,
                 "engine": self.runner.describe(),
-                "parallel": self.lanes}
+                "parallel": self.lanes, **down}
 
     async def generate(self, request: Request) -> AsyncIterator[Delta]:
         loop = asyncio.get_running_loop()

@@ -192,6 +192,10 @@ class Engine:
             log.exception("round failed")
             for seq in seqs:
                 self._fail(seq, f"generation failed: {exc}")
+            if down := getattr(self.backend, "down", None):     # ranks out of step: nothing can run
+                self._refusal = f"generation failed: {down}"
+                for seq in [*self.scheduler.running, *self.scheduler.waiting]:
+                    self._fail(seq, self._refusal)
             return
         elapsed = time.perf_counter() - t0
         self.scheduler.spent(plan, elapsed)

@@ -20,6 +20,11 @@ _f32p = C.POINTER(C.c_float)
 _i32p = C.POINTER(C.c_int32)
 
 
+MAX_RANKS = 8                     # TF_MAX_RANKS
+# int gather(const float *send, float *recv, int64_t count): all-gather count floats of every rank
+GATHER = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_void_p, C.c_int64)
+
+
 class NativeMissing(RuntimeError):
     pass
 
@@ -40,7 +45,10 @@ class Model(C.Structure):
                                                  "vocab", "max_pos", "block_size", "threads")] + [
         ("eps", C.c_float), ("layer", C.POINTER(Layer)), ("embed", Weight), ("head", Weight),
         ("norm", C.c_void_p), ("cos", C.c_void_p), ("sin", C.c_void_p), ("kv", C.c_void_p),
-        ("block_stride", C.c_int64), ("kv_stride", C.c_int64)]
+        ("block_stride", C.c_int64), ("kv_stride", C.c_int64),
+        ("ranks", C.c_int32), ("rank", C.c_int32), ("kv_split", C.c_int32 * (MAX_RANKS + 1)),
+        ("hidden_split", C.c_int32 * (MAX_RANKS + 1)), ("ffn_split", C.c_int32 * (MAX_RANKS + 1)),
+        ("gather", GATHER)]
 
 
 _SIGNATURES = {

@@ -22,9 +22,11 @@ from ..backends.torch.models.llama import ModelArgs, inverse_frequencies
 from ..checkpoints.errors import CheckpointError
 from ..checkpoints.files import gguf_file, iter_safetensors
 from . import lib, quant
+from .shard import Shard, take_bias, take_rows
 
 log = logging.getLogger(__name__)
 
+_HEAD = "tensorfold.head"     # the logits head: lm_head, the tied embedding, or this rank's rows of either
 _PARTS = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
           "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
 
@@ -61,7 +63,8 @@ def _load_safetensors(folder: Path, kind: str) -> dict[str, quant.Packed | np.nd
 class NativeModel:
     """Weights, the C structures that point at them, and the KV map."""
 
-    def __init__(self, folder: Path, args: ModelArgs, weights: str = quant.DEFAULT_FLOAT_KIND) -> None:
+    def __init__(self, folder: Path, args: ModelArgs, weights: str = quant.DEFAULT_FLOAT_KIND,
+                 shard: Shard | None = None) -> None:
         self.lib = lib.load()
         if weights not in quant.FLOAT_KINDS:
             raise CheckpointError(f"--weights {weights!r}: use one of {', '.join(quant.FLOAT_KINDS)}")
@@ -69,9 +72,15 @@ class NativeModel:
         self.source = "gguf" if source else weights
         w = _load_gguf(source) if source else _load_safetensors(folder, weights)
         self.args = args
+        self.shard = shard
         self._keep: list[object] = []
-        self.weight_bytes = sum(quant.nbytes(v) if isinstance(v, quant.Packed) else v.nbytes for v in w.values())
         a = args
+        tied = a.tie_word_embeddings or "lm_head.weight" not in w
+        w[_HEAD] = w.get("model.embed_tokens.weight") if tied else w.pop("lm_head.weight")
+        if shard is not None:
+            _take_shard(w, a, shard)
+        arrays = {id(v): v for v in w.values()}.values()        # a tied head once
+        self.weight_bytes = sum(quant.nbytes(v) if isinstance(v, quant.Packed) else v.nbytes for v in arrays)
         layers = (lib.Layer * a.layers)()
         for i in range(a.layers):
             p = f"model.layers.{i}."
@@ -87,16 +96,22 @@ class NativeModel:
         m = self.struct = lib.Model()
         m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim = a.layers, a.hidden_size, a.heads, a.kv_heads, a.head_dim
         m.ffn, m.vocab, m.max_pos, m.eps = a.intermediate_size, a.vocab_size, a.max_positions, a.rms_norm_eps
+        m.ranks = 1
+        if shard is not None:
+            (k0, k1), (f0, f1), (v0, v1) = shard.own("kv"), shard.own("ffn"), shard.own("vocab")
+            m.heads, m.kv_heads, m.ffn, m.vocab = (k1 - k0) * (a.heads // a.kv_heads), k1 - k0, f1 - f0, v1 - v0
+            m.ranks, m.rank = shard.ranks, shard.rank
+            for field in ("kv", "hidden", "ffn"):
+                getattr(m, field + "_split")[:shard.ranks + 1] = getattr(shard, field)
         m.layer = C.cast(layers, C.POINTER(lib.Layer))
         m.embed = self._weight(w, "model.embed_tokens.weight")
-        head = "model.embed_tokens.weight" if a.tie_word_embeddings or "lm_head.weight" not in w else "lm_head.weight"
-        m.head = self._weight(w, head)
+        m.head = self._weight(w, _HEAD)
         m.norm = self._f32(w["model.norm.weight"])
         cos, sin = rope_tables(inverse_frequencies(a), a.max_positions)
         m.cos, m.sin = self._f32(cos.numpy()), self._f32(sin.numpy())
         if a.head_dim % 8:
             raise CheckpointError(f"head_dim {a.head_dim}: the CPU engine takes a multiple of 8")
-        if m.embed.n != a.vocab_size or m.head.n != a.vocab_size:
+        if m.embed.n != a.vocab_size or m.head.n != m.vocab:
             raise CheckpointError(f"embedding rows {m.embed.n} / head rows {m.head.n} differ from the vocabulary "
                                   f"size {a.vocab_size}")
         self._kv: mmap.mmap | None = None
@@ -117,7 +132,7 @@ class NativeModel:
     # -- KV ------------------------------------------------------------------------
     def kv_bytes_per_token(self) -> int:
         a = self.args
-        return 2 * a.layers * a.kv_heads * a.head_dim * 2
+        return 2 * a.layers * self.struct.kv_heads * a.head_dim * 2
 
     def allocate_kv(self, num_blocks: int, block_size: int) -> None:
         """A KV map of `num_blocks` blocks, laid out layer by layer (tf_kernels.h): each
@@ -127,7 +142,7 @@ class NativeModel:
             raise ValueError(f"block_size {block_size}: the CPU engine takes a multiple of 16")
         a = self.args
         page = mmap.PAGESIZE // 2                                     # fp16 elements per page
-        block = -(-a.kv_heads * block_size * a.head_dim // page) * page
+        block = -(-self.struct.kv_heads * block_size * a.head_dim // page) * page
         if self._kv is not None:
             self.struct.kv = None
             self._kv_view = None
@@ -164,11 +179,41 @@ class NativeModel:
         """int32 arrays in; fp32 logits [len(out_rows), vocab] out."""
         if self._kv is None:
             raise RuntimeError("allocate_kv first")
-        logits = torch.empty((len(out_rows), self.args.vocab_size), dtype=torch.float32)
+        logits = torch.empty((len(out_rows), self.struct.vocab), dtype=torch.float32)
         i32 = C.c_int32
         rc = self.lib.tf_forward(C.byref(self.struct), lib.ptr(tokens, i32), len(tokens), lib.ptr(pos, i32),
                                  lib.ptr(tab_off, i32), lib.ptr(tables, i32), lib.ptr(out_rows, i32),
                                  len(out_rows), lib.ptr(logits))
+        if rc == -2:
+            raise RanksFailed("a rank did not take part in a gather")
         if rc != 0:
             raise MemoryError("the forward could not allocate its buffers")
         return logits
+
+    def set_gather(self, gather: lib.GATHER) -> None:
+        """The all-gather a split forward calls (kept alive here)."""
+        self._gather = gather
+        self.struct.gather = gather
+
+
+class RanksFailed(RuntimeError):
+    """A gather between ranks failed: the ranks are out of step."""
+
+
+def _take_shard(w: dict, a: ModelArgs, shard: Shard) -> None:
+    """Keep this rank's rows of every split weight (shard.py), in place."""
+    group_rows = a.heads // a.kv_heads * a.head_dim
+    (k0, k1), (h0, h1), (f0, f1), (v0, v1) = (shard.own(n) for n in ("kv", "hidden", "ffn", "vocab"))
+    rows = {"q": (k0 * group_rows, k1 * group_rows), "k": (k0 * a.head_dim, k1 * a.head_dim),
+            "v": (k0 * a.head_dim, k1 * a.head_dim), "o": (h0, h1), "down": (h0, h1), "gate": (f0, f1),
+            "up": (f0, f1)}
+    for i in range(a.layers):
+        for field, part in _PARTS.items():
+            name = f"model.layers.{i}.{part}"
+            r0, r1 = rows[field]
+            if isinstance(w.get(name + ".weight"), quant.Packed):     # a missing one is refused later
+                w[name + ".weight"] = take_rows(w[name + ".weight"], r0, r1)
+            if name + ".bias" in w:
+                w[name + ".bias"] = take_bias(w[name + ".bias"], r0, r1)
+    if isinstance(w[_HEAD], quant.Packed):
+        w[_HEAD] = take_rows(w[_HEAD], v0, v1)

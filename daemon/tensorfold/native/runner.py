@@ -16,6 +16,7 @@ from ..checkpoints.files import read_config
 from . import lib
 from . import quant
 from .model import NativeModel
+from .shard import Shard
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,8 @@ class NativeRunner:
     device = torch.device("cpu")
     dtype = torch.float32            # the arithmetic; weights per `weights`, KV in fp16
 
-    def __init__(self, folder: Path, weights: str = "auto", threads: int | None = None) -> None:
+    def __init__(self, folder: Path, weights: str = "auto", threads: int | None = None, rank: int = 0,
+                 ranks: int = 1) -> None:
         config = read_config(folder)
         arch = (config.get("architectures") or ["?"])[0]
         if arch not in ARCHITECTURES:
@@ -35,7 +37,11 @@ class NativeRunner:
         self.args = ModelArgs.from_config(config)
         self.threads = threads or default_threads()
         lib.ensure_threads(self.threads)
-        self.model = NativeModel(folder, self.args, quant.DEFAULT_FLOAT_KIND if weights == "auto" else weights)
+        a = self.args
+        shard = None if ranks == 1 else Shard.plan(rank, ranks, heads=a.heads, kv_heads=a.kv_heads,
+                                                    head_dim=a.head_dim, hidden=a.hidden_size,
+                                                    ffn=a.intermediate_size, vocab=a.vocab_size)
+        self.model = NativeModel(folder, a, quant.DEFAULT_FLOAT_KIND if weights == "auto" else weights, shard)
         self.model.struct.threads = self.threads
         self.vocab_size = self.args.vocab_size
         self.max_positions = self.args.max_positions
@@ -66,7 +72,12 @@ class NativeRunner:
         return host_budget()
 
     def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> torch.Tensor:
-        """Run `tokens` (segments' rows, in order); fp32 logits [len(out_rows), vocab]."""
+        """Run `tokens` (segments' rows, in order); fp32 logits [len(out_rows), vocab] (on
+        one of several ranks, its own vocabulary columns)."""
+        return self.model.forward(*self.rows(tokens, segments, out_rows))
+
+    def rows(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> Rows:
+        """A forward's int32 arrays (tokens, pos, tab_off, tables, out_rows), checked."""
         check_rows(tokens, segments, self.model.struct.block_size, self.model.num_blocks, self.max_positions,
                    self.vocab_size)
         tables, pos, tab_off = [], [], []
@@ -75,8 +86,11 @@ class NativeRunner:
             pos += range(seg.start, seg.start + seg.rows)
             tables += seg.table
         i32 = np.int32
-        return self.model.forward(np.asarray(tokens, i32), np.asarray(pos, i32), np.asarray(tab_off, i32),
-                                  np.asarray(tables or [0], i32), np.asarray(out_rows, i32))
+        return (np.asarray(tokens, i32), np.asarray(pos, i32), np.asarray(tab_off, i32),
+                np.asarray(tables or [0], i32), np.asarray(out_rows, i32))
+
+
+Rows = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def default_threads() -> int:

@@ -66,7 +66,7 @@ def health_body(counters: Mapping[str, Any], *, model: str, aliases: list[str], 
                 context_length: int, uptime_seconds: float = 0.0) -> dict[str, Any]:
     """/health: everything the engine reports, the server's own fields (which
     win a clash), and the `streams` view when the engine has streams."""
-    own = {"status": "ok", "model": model, "aliases": aliases, "version": version,
+    own = {"status": "degraded" if counters.get("down") else "ok", "model": model, "aliases": aliases, "version": version,
            "context_length": context_length, "uptime_seconds": uptime_seconds}
     body = {**own, **{k: v for k, v in counters.items() if k not in own}}
     streams = streams_view(counters)

@@ -29,6 +29,8 @@
 
 #include <stdint.h>
 
+#define TF_MAX_RANKS 8
+
 enum { TF_Q4A = 1, TF_Q8 = 2, TF_BF16 = 3, TF_K4 = 4, TF_K5 = 5, TF_K6 = 6 };
 /* flags.  TF_HIGH (Q4A) adds a fifth bit to each nibble; TF_HAS_MIN (Q8) adds a
  * min plane; TF_HALF stores the scales as fp16 (exactly the fp32 values the packer
@@ -95,6 +97,18 @@ typedef struct {
     uint16_t *kv;
     int64_t block_stride;               /* uint16 elements from a block's keys (or values) to the next's */
     int64_t kv_stride;                  /* uint16 elements from a layer's keys to its values */
+    /* ranks > 1: this model is rank `rank`'s shard.  heads, kv_heads, ffn and vocab
+     * count its own part (its q, k, v heads, gate/up/down columns, logits); hidden and
+     * every weight's k are whole.  The boundaries split each output among the ranks:
+     * rank r owns kv heads [kv_split[r], kv_split[r+1]) (and their q heads), hidden
+     * columns [hidden_split[r], ...) of o and down, ffn columns [ffn_split[r], ...) of
+     * gate and up.  After each split step, `gather` all-gathers `count` floats of `send`
+     * from every rank into `recv`, rank after rank (0: done, else the forward fails),
+     * and every rank joins the whole activation: each element the same reduction as on
+     * one rank. */
+    int32_t ranks, rank;
+    int32_t kv_split[TF_MAX_RANKS + 1], hidden_split[TF_MAX_RANKS + 1], ffn_split[TF_MAX_RANKS + 1];
+    int (*gather)(const float *send, float *recv, int64_t count);
 } tf_model;
 
 #endif

@@ -133,6 +133,7 @@ typedef struct {
     int layer, rows;
     const int32_t *tokens, *pos, *tab_off, *tables, *out_rows;
     float *x, *h, *qkv, *att, *gu, *act;
+    float *act_own;                 /* where S_SILU writes: act, or this rank's part to send */
     tf_attn at;
     int step, threads;
 } fwd;
@@ -157,7 +158,7 @@ static void row_step(fwd *f, int64_t r) {
         tf_rms_norm(f->x + (int64_t)f->out_rows[r] * E, m->norm, m->eps, E, f->h + r * E);
         break;
     case S_SILU:
-        tf_silu_mul(f->gu + r * 2 * F, f->gu + r * 2 * F + F, f->act + r * F, F);
+        tf_silu_mul(f->gu + r * 2 * F, f->gu + r * 2 * F + F, f->act_own + r * F, F);
         break;
     case S_QK: {
         float *q = f->qkv + r * QKV, *k = q + H * D, *v = k + KV * D;
@@ -214,28 +215,90 @@ static void attn_job(void *p, int ith, int nth) {
     free(scratch);
 }
 
+/* ---------------------------------------------------------------- ranks */
+
+typedef struct {
+    float *send, *recv;
+} rank_bufs;
+
+/* Every rank's part of a split output (rank r's in send: rows x its width, where width
+ * = (split[r+1] - split[r]) * unit) into y's columns split[r]*unit.. of each row (stride
+ * ldy): copied, or added (y + part, the unsplit linear's accumulate) when accum. */
+static int join(const tf_model *m, const rank_bufs *b, const int32_t *split, int unit, int rows, float *y,
+                int ldy, int accum) {
+    int64_t most = 0;
+    for (int q = 0; q < m->ranks; q++) most = MAX(most, (int64_t)(split[q + 1] - split[q]) * unit);
+    int64_t count = most * rows;
+    if (m->gather(b->send, b->recv, count)) return -1;
+    for (int q = 0; q < m->ranks; q++) {
+        int64_t n = (int64_t)(split[q + 1] - split[q]) * unit;
+        const float *src = b->recv + q * count;
+        for (int64_t r = 0; r < rows; r++) {
+            float *d = y + r * ldy + (int64_t)split[q] * unit;
+            const float *p = src + r * n;
+            if (accum)
+                for (int64_t c = 0; c < n; c++) d[c] = d[c] + p[c];
+            else
+                memcpy(d, p, sizeof(float) * (size_t)n);
+        }
+    }
+    return 0;
+}
+
+/* x += in @ w^T for a weight split by hidden columns: this rank's columns, then all joined */
+static int residual_split(fwd *f, const rank_bufs *b, const tf_weight *w, const float *in, int rows,
+                          lin_scratch *sc) {
+    const tf_model *m = f->m;
+    const int32_t *hs = m->hidden_split;
+    linear(&w, 1, in, rows, b->send, hs[m->rank + 1] - hs[m->rank], 0, sc, f->threads);
+    return join(m, b, hs, 1, rows, f->x, m->hidden, 1);
+}
+
+/* the widest part of each split, times rows: what one rank sends at most */
+static int64_t most_sent(const tf_model *m, int64_t rows) {
+    int64_t most = 0, group = m->heads / m->kv_heads * m->head_dim;
+    for (int q = 0; q < m->ranks; q++) {
+        most = MAX(most, (int64_t)(m->kv_split[q + 1] - m->kv_split[q]) * group);
+        most = MAX(most, (int64_t)(m->hidden_split[q + 1] - m->hidden_split[q]));
+        most = MAX(most, (int64_t)(m->ffn_split[q + 1] - m->ffn_split[q]));
+    }
+    return most * rows;
+}
+
 /* ---------------------------------------------------------------- forward */
 
+/* 0: done; -1: out of memory; -2: a gather failed (the ranks are out of step) */
 int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t *pos, const int32_t *tab_off,
                const int32_t *tables, const int32_t *out_rows, int n_out, float *logits) {
     int E = m->hidden, D = m->head_dim, H = m->heads, KV = m->kv_heads, F = m->ffn;
-    int QKV = (H + 2 * KV) * D;
+    int QKV = (H + 2 * KV) * D, split = m->ranks > 1;
+    int HW = split ? m->kv_split[m->ranks] * (H / KV) : H;          /* the whole model's q heads */
+    int FW = split ? m->ffn_split[m->ranks] : F;
     int64_t R = MAX(rows, n_out);
-    int maxk = MAX(MAX(E, H * D), F);
-    int64_t outs = MAX(rows * (int64_t)MAX(QKV, 2 * F), n_out * (int64_t)m->vocab);
+    int maxk = MAX(MAX(E, HW * D), FW);
+    int64_t outs = MAX(rows * (int64_t)MAX(MAX(QKV, 2 * F), E), n_out * (int64_t)m->vocab);
     fwd f = {m, 0, 0, rows, tokens, pos, tab_off, tables, out_rows};
     f.threads = m->threads;
     f.x = malloc(sizeof(float) * R * E);
-    f.h = malloc(sizeof(float) * R * MAX(E, H * D));
+    f.h = malloc(sizeof(float) * R * MAX(E, HW * D));
     f.qkv = malloc(sizeof(float) * R * QKV);
-    f.att = malloc(sizeof(float) * R * H * D);
+    f.att = malloc(sizeof(float) * R * HW * D);
     f.gu = malloc(sizeof(float) * R * 2 * F);
-    f.act = malloc(sizeof(float) * R * F);
+    f.act = malloc(sizeof(float) * R * FW);
+    rank_bufs b = {0};
+    if (split) {
+        b.send = malloc(sizeof(float) * (size_t)most_sent(m, rows));
+        b.recv = malloc(sizeof(float) * (size_t)(most_sent(m, rows) * m->ranks));
+    }
+    f.act_own = split ? b.send : f.act;
+    float *att_own = split ? b.send : f.att;
     lin_scratch sc;
-    int ok = alloc_scratch(&sc, R, maxk, outs) && f.x && f.h && f.qkv && f.att && f.gu && f.act;
+    int ok = alloc_scratch(&sc, R, maxk, outs) && f.x && f.h && f.qkv && f.att && f.gu && f.act &&
+             (!split || (b.send && b.recv));
+    int rc = ok ? 0 : -1;
     if (ok) {
         run_rows(&f, S_EMBED, rows);
-        for (int l = 0; l < m->layers; l++) {
+        for (int l = 0; l < m->layers && rc == 0; l++) {
             const tf_layer *L = &m->layer[l];
             f.L = L;
             f.layer = l;
@@ -246,21 +309,34 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
             run_rows(&f, S_QK, rows);
             int B = m->block_size;
             const uint16_t *keys = m->kv + 2 * l * m->kv_stride;
-            tf_attn at = {f.qkv, f.att, rows, H, KV, D, B, QKV, H * D, pos, tab_off, tables,
+            tf_attn at = {f.qkv, att_own, rows, H, KV, D, B, QKV, H * D, pos, tab_off, tables,
                           keys, keys + m->kv_stride, m->block_stride};
             f.at = at;
             tf_pool_run(attn_job, &f, f.threads);
-            linear(&o, 1, f.att, rows, f.x, E, 1, &sc, f.threads);
+            if (split) {
+                if (join(m, &b, m->kv_split, H / KV * D, rows, f.att, HW * D, 0) ||
+                    residual_split(&f, &b, o, f.att, rows, &sc)) { rc = -2; break; }
+            } else {
+                linear(&o, 1, f.att, rows, f.x, E, 1, &sc, f.threads);
+            }
             run_rows(&f, S_MLP_NORM, rows);
             linear(gu, 2, f.h, rows, f.gu, 2 * F, 0, &sc, f.threads);
             run_rows(&f, S_SILU, rows);
-            linear(&down, 1, f.act, rows, f.x, E, 1, &sc, f.threads);
+            if (split) {
+                if (join(m, &b, m->ffn_split, 1, rows, f.act, FW, 0) ||
+                    residual_split(&f, &b, down, f.act, rows, &sc)) { rc = -2; break; }
+            } else {
+                linear(&down, 1, f.act, rows, f.x, E, 1, &sc, f.threads);
+            }
         }
-        const tf_weight *head = &m->head;
-        run_rows(&f, S_FINAL_NORM, n_out);
-        linear(&head, 1, f.h, n_out, logits, m->vocab, 0, &sc, f.threads);
+        if (rc == 0) {
+            const tf_weight *head = &m->head;     /* a rank's own vocabulary columns */
+            run_rows(&f, S_FINAL_NORM, n_out);
+            linear(&head, 1, f.h, n_out, logits, m->vocab, 0, &sc, f.threads);
+        }
     }
     free(f.x); free(f.h); free(f.qkv); free(f.att); free(f.gu); free(f.act);
+    free(b.send); free(b.recv);
     free_scratch(&sc);
-    return ok ? 0 : -1;
+    return rc;
 }

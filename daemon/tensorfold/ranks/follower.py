@@ -1,0 +1,54 @@
+"""A rank other than 0: load its part of the model, then run rank 0's commands
+until STOP (or until rank 0 is gone: the group fails and the process exits)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import torch
+
+from ..native.runner import NativeRunner
+from . import protocol as P
+from .group import RankGroup
+
+log = logging.getLogger(__name__)
+
+
+def follow(runner: NativeRunner, group: RankGroup) -> None:
+    runner.model.set_gather(group.gather)
+    widest = max(b - a for a, b in zip(runner.model.shard.vocab, runner.model.shard.vocab[1:]))
+    head = torch.empty(P.HEADER, dtype=torch.int64)
+    while True:
+        group.broadcast(head)
+        op, *values = head.tolist()
+        if op == P.FORWARD:
+            rows, tables, outs = values
+            sizes = [rows, rows, rows, tables, outs]
+            payload = torch.empty(sum(sizes), dtype=torch.int32)
+            group.broadcast(payload)
+            logits = runner.model.forward(*P.unpack(payload, sizes))
+            group.all_gather(P.padded(logits, widest))
+        elif op == P.ALLOCATE:
+            runner.allocate_kv(values[0], values[1])
+        elif op == P.TRIM:
+            payload = torch.empty(values[0], dtype=torch.int32)
+            group.broadcast(payload)
+            runner.trim_kv(payload.tolist())
+        elif op == P.STOP:
+            return
+        else:
+            raise RuntimeError(f"unknown command {op} from rank 0")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m tensorfold.ranks.follower FOLDER RANK RANKS PORT WEIGHTS THREADS (launch.py spawns it)."""
+    from .launch import run_follower
+
+    folder, rank, ranks, port, weights, threads = argv if argv is not None else sys.argv[1:]
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s rank {rank} %(levelname)s %(name)s: %(message)s")
+    return run_follower(folder, int(rank), int(ranks), "127.0.0.1", int(port), weights, int(threads) or None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Rank 0's Backend: each call goes to the other ranks, then runs here on rank
+0's part of the model; a forward's logits are gathered from every rank.
+
+A rank that exits, or a command or gather that fails or times out, puts the
+ranks down: `down` says why, the forward in progress raises, the engine ends
+the replies in flight, and the server refuses later requests (503) until it is
+restarted with its ranks.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+
+from ..backends.rows import Segment
+from ..native.model import RanksFailed
+from ..native.runner import NativeRunner
+from . import protocol as P
+from .group import RankGroup
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Leader:
+    dtype = torch.float32
+    device = torch.device("cpu")
+
+    def __init__(self, runner: NativeRunner, group: RankGroup, followers: list[subprocess.Popen]) -> None:
+        self.runner = runner
+        self.group = group
+        self.ranks = group.ranks
+        self.vocab_size = runner.vocab_size
+        self.max_positions = runner.max_positions
+        runner.model.set_gather(group.gather)
+        vocab = runner.model.shard.vocab
+        self._widths = [b - a for a, b in zip(vocab, vocab[1:])]
+        self.down: str | None = None
+        self._closing = False
+        self._followers = followers
+        for rank, proc in enumerate(followers, start=1):
+            threading.Thread(target=self._watch, args=(rank, proc), daemon=True,
+                             name=f"tensorfold-rank{rank}-watch").start()
+
+    # -- the Backend calls ----------------------------------------------------------
+    def describe(self) -> str:
+        return f"{self.runner.describe()} on {self.ranks} ranks (gloo)"
+
+    def kv_bytes_per_token(self) -> int:
+        return self.runner.kv_bytes_per_token()
+
+    def free_memory(self) -> int:
+        return self.runner.free_memory()
+
+    def segment(self, blocks: list[int], start: int, rows: int) -> Segment:
+        return self.runner.segment(blocks, start, rows)
+
+    def allocate_kv(self, num_blocks: int, block_size: int) -> None:
+        self._step(lambda: self.group.broadcast(P.header(P.ALLOCATE, num_blocks, block_size)))
+        self.runner.allocate_kv(num_blocks, block_size)
+
+    def trim_kv(self, blocks: list[int]) -> None:
+        if not blocks or self.down:
+            return
+        try:
+            self._step(lambda: (self.group.broadcast(P.header(P.TRIM, len(blocks))),
+                                self.group.broadcast(torch.tensor(blocks, dtype=torch.int32))))
+        except RanksFailed:
+            return                 # logged; the next request is refused
+        self.runner.trim_kv(blocks)
+
+    def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> torch.Tensor:
+        arrays = self.runner.rows(tokens, segments, out_rows)      # checked before any rank sees it
+
+        def step() -> torch.Tensor:
+            self.group.broadcast(P.header(P.FORWARD, len(tokens), len(arrays[3]), len(out_rows)))
+            self.group.broadcast(P.pack(arrays))
+            logits = self.runner.model.forward(*arrays)
+            return P.join_logits(self.group.all_gather(P.padded(logits, max(self._widths))), self._widths)
+        return self._step(step)
+
+    def close(self) -> None:
+        """Stop the other ranks (they exit) and wait for them."""
+        self._closing = True
+        if not self.down:
+            try:
+                self.group.broadcast(P.header(P.STOP))
+            except Exception:  # noqa: BLE001 - closing anyway
+                pass
+        for proc in self._followers:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.group.close(failed=self.down is not None)
+
+    # -- faults ---------------------------------------------------------------------
+    def _step(self, fn: Callable[[], T]) -> T:
+        if self.down:
+            raise RanksFailed(self.down)
+        try:
+            return fn()
+        except Exception as exc:
+            cause = self.group.error or exc
+            self.group.error = None
+            self._fail(f"the ranks are out of step ({type(cause).__name__}: {cause}); restart the server")
+            raise RanksFailed(self.down) from exc
+
+    def _fail(self, why: str) -> None:
+        if self.down is None:
+            self.down = why
+            log.error("ranks down: %s", why)
+
+    def _watch(self, rank: int, proc: subprocess.Popen) -> None:
+        code = proc.wait()
+        if not self._closing:
+            self._fail(f"rank {rank} exited with code {code}; restart the server")

@@ -1,0 +1,43 @@
+"""What rank 0 sends the other ranks: a header of HEADER int64s on the control
+group, then for some commands an int32 payload.
+
+    FORWARD   rows, tables, out rows; payload: tokens, pos, tab_off (rows each),
+              tables, out_rows; then every rank runs the forward and the logits
+              are all-gathered
+    ALLOCATE  blocks, block size
+    TRIM      blocks; payload: their ids
+    STOP      the follower returns
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+FORWARD, ALLOCATE, TRIM, STOP = 1, 2, 3, 4
+HEADER = 4
+
+
+def header(op: int, *values: int) -> torch.Tensor:
+    return torch.tensor([op, *values] + [0] * (HEADER - 1 - len(values)), dtype=torch.int64)
+
+
+def pack(arrays: tuple[np.ndarray, ...]) -> torch.Tensor:
+    return torch.from_numpy(np.concatenate(arrays).astype(np.int32, copy=False))
+
+
+def unpack(payload: torch.Tensor, sizes: list[int]) -> tuple[np.ndarray, ...]:
+    return tuple(np.ascontiguousarray(a) for a in np.split(payload.numpy(), np.cumsum(sizes)[:-1]))
+
+
+def join_logits(parts: torch.Tensor, widths: list[int]) -> torch.Tensor:
+    """[ranks, rows, widest] gathered logits (each rank's vocabulary columns, padded) -> [rows, vocab]."""
+    return torch.cat([parts[q, :, :w] for q, w in enumerate(widths)], dim=1)
+
+
+def padded(logits: torch.Tensor, width: int) -> torch.Tensor:
+    if logits.shape[1] == width:
+        return logits
+    out = torch.zeros((logits.shape[0], width), dtype=logits.dtype)
+    out[:, :logits.shape[1]] = logits
+    return out

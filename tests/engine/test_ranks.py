@@ -1,0 +1,200 @@
+"""Two ranks (--ranks 2, gloo): the model split along every linear's outputs gives
+the logits of one rank bit for bit; a rank that dies or hangs puts the server down
+(in-flight replies end with an error, /health says degraded, later requests 503)
+and nothing hangs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+import torch
+
+from tensorfold.checkpoints.errors import CheckpointError
+from tensorfold.config import EngineConfig
+from tensorfold.native.runner import NativeRunner
+from tensorfold.native.shard import Shard, bounds
+from tensorfold.ranks import launch
+from tensorfold.ranks.launch import start_leader
+from tests.engine.conftest import engine_on
+from tests.tiny import make_tiny_checkpoint
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory, default_model):
+    """Llama (the default model's GGUF: Q4_1, a tied head, 3 kv heads split 1 + 2), Qwen2 (q, k, v
+    biases) and Qwen3 (per-head norms) tiny random checkpoints."""
+    root = tmp_path_factory.mktemp("ranks")
+    return {"default": default_model,
+            "qwen2": make_tiny_checkpoint(root / "qwen2", default_model, arch="Qwen2ForCausalLM", seed=3,
+                                          heads=6, kv_heads=3, hidden=96),
+            "qwen3": make_tiny_checkpoint(root / "qwen3", default_model, arch="Qwen3ForCausalLM", seed=4)}
+
+
+def test_split_plan():
+    assert bounds(576, 2, 16) == [0, 288, 576] and bounds(3, 2) == [0, 1, 3] and bounds(100, 2, 16) == [0, 48, 100]
+    s = Shard.plan(1, 2, heads=9, kv_heads=3, head_dim=64, hidden=576, ffn=1536, vocab=49152)
+    assert (s.kv, s.own("kv"), s.own("ffn"), s.own("vocab")) == ([0, 1, 3], (1, 3), (768, 1536), (24576, 49152))
+    with pytest.raises(CheckpointError, match="1 kv head"):
+        Shard.plan(0, 2, heads=4, kv_heads=1, head_dim=64, hidden=256, ffn=512, vocab=1000)
+    with pytest.raises(CheckpointError, match="head_dim 8"):
+        Shard.plan(0, 2, heads=4, kv_heads=2, head_dim=8, hidden=32, ffn=64, vocab=1000)
+
+
+def forwards(runner) -> list[torch.Tensor]:
+    """A prefill chunk, a mixed round (a continuation and a new sequence's rows), and decode steps."""
+    runner.allocate_kv(16, 32)
+    toks = [(37 * i + 11) % 4000 + 100 for i in range(80)]
+    out = [runner.forward(toks[:40], [runner.segment([0, 1], 0, 40)], list(range(40)))]
+    out.append(runner.forward(toks[40:45] + toks[:3], [runner.segment([0, 1], 40, 5), runner.segment([5], 0, 3)],
+                              [4, 7]))
+    for i in range(3):
+        out.append(runner.forward([toks[50 + i]], [runner.segment([0, 1, 2], 45 + i, 1)], [0]))
+    return out
+
+
+@pytest.mark.parametrize("name", ["default", "qwen2", "qwen3"])
+def test_two_ranks_give_one_ranks_logits(checkpoints, name):
+    runner = NativeRunner(checkpoints[name], threads=1)
+    one = forwards(runner)
+    two = start_leader(checkpoints[name], EngineConfig(ranks=2, threads=1))
+    try:
+        assert "2 ranks" in two.describe()
+        assert two.kv_bytes_per_token() < runner.kv_bytes_per_token()       # rank 0 keeps its own heads' KV
+        got = forwards(two)
+        assert two.group.bytes_sent > 0
+    finally:
+        two.close()
+    for i, (a, b) in enumerate(zip(one, got)):
+        assert a.shape == b.shape and torch.equal(a, b), f"forward {i}: max diff {(a - b).abs().max()}"
+
+
+def test_refusals(checkpoints, tmp_path, default_model):
+    one_kv = make_tiny_checkpoint(tmp_path / "mqa", default_model, kv_heads=1)
+    with pytest.raises(CheckpointError, match="1 kv head"):
+        start_leader(one_kv, EngineConfig(ranks=2, threads=1))
+    from tensorfold.backends.torch.runner import UnsupportedModel
+    from tensorfold.engine.async_engine import make_runner
+
+    with pytest.raises(UnsupportedModel, match="--ranks 0"):
+        make_runner(checkpoints["qwen3"], EngineConfig(ranks=0))
+    with pytest.raises(UnsupportedModel, match="MLX serves on one rank"):
+        make_runner(checkpoints["qwen3"], EngineConfig(ranks=2, engine="mlx"))
+
+
+# -- faults, through the HTTP server -------------------------------------------------------------------
+
+def serve(engine):
+    from tensorfold.api.app import create_app
+    from tensorfold.api.server import ServerThread
+    from tensorfold.config import ServerConfig
+
+    thread = ServerThread(create_app(engine, ServerConfig(engine=EngineConfig())))
+    return thread, thread.start()
+
+
+LONG = {"messages": [{"role": "user", "content": "Count."}], "max_tokens": 1500, "ignore_eos": True,
+        "temperature": 0, "stream": True}
+
+
+def follower(engine):
+    (proc,) = engine.runner._followers
+    return proc
+
+
+def stream_until_fault(url: str, fault) -> list[str]:
+    """Stream LONG; after a few chunks call fault(); the events that follow."""
+    after: list[str] = []
+    with httpx.stream("POST", url + "/v1/chat/completions", json=LONG, timeout=120) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        for _ in range(6):
+            next(lines)
+        fault()
+        after = [line for line in lines if line]
+    return after
+
+
+def assert_down(url: str, after: list[str]) -> None:
+    errors = [json.loads(line[6:]) for line in after if line.startswith("data: {") and '"error"' in line]
+    assert errors and errors[-1]["error"]["type"] == "server_error", after[-3:]
+    assert after[-1] == "data: [DONE]"
+    health = httpx.get(url + "/health").json()
+    assert health["status"] == "degraded" and "restart" in health["down"]
+    r = httpx.post(url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 503 and r.json()["error"]["code"] == "engine_down"
+
+
+def test_killed_rank_ends_replies_and_refuses_later_ones(tiny_model):
+    with engine_on(tiny_model, ranks=2, threads=1) as engine:
+        thread, url = serve(engine)
+        try:
+            t0 = time.monotonic()
+            after = stream_until_fault(url, lambda: follower(engine).kill())
+            assert time.monotonic() - t0 < 60
+            assert_down(url, after)
+            assert "rank 1" in engine.down or "out of step" in engine.down
+        finally:
+            thread.stop()
+
+
+def test_hung_rank_times_out(tiny_model, monkeypatch):
+    monkeypatch.setattr(launch, "STEP_SECONDS", 3.0)
+    with engine_on(tiny_model, ranks=2, threads=1) as engine:
+        thread, url = serve(engine)
+        proc = follower(engine)
+        try:
+            t0 = time.monotonic()
+            after = stream_until_fault(url, lambda: os.kill(proc.pid, signal.SIGSTOP))
+            assert time.monotonic() - t0 < 60
+            assert_down(url, after)
+            assert "out of step" in engine.down
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            thread.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_under_torchrun(tiny_model):
+    """torchrun starts both processes: rank 0 serves, rank 1 follows; replies equal one rank's."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+           str(free_port()), "-m", "tensorfold", "--log-level", "WARNING", "serve", "--model", str(tiny_model),
+           "--ranks", "2", "--threads", "1", "--port", str(port), "--kv-memory", "0.25"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    body = {"messages": [{"role": "user", "content": "Tell me about ships."}], "max_tokens": 24,
+            "temperature": 0.9, "seed": 5}
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()[-3000:]
+                time.sleep(0.5)
+        assert "2 ranks" in health["engine"]
+        two = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=60).json()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    with engine_on(tiny_model, threads=1) as engine:
+        thread, url = serve(engine)
+        try:
+            one = httpx.post(url + "/v1/chat/completions", json=body, timeout=60).json()
+        finally:
+            thread.stop()
+    assert two["choices"][0]["message"]["content"] == one["choices"][0]["message"]["content"]
+    assert two["usage"]["completion_tokens"] == one["usage"]["completion_tokens"] == 24
