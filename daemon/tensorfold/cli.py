@@ -121,8 +121,9 @@ def _parser() -> argparse.ArgumentParser:
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     decode = bench_sub.add_parser("decode", help="single-stream prefill and decode tokens/s vs another engine")
     _engine_args(decode)
-    decode.add_argument("--against", action="append", choices=["transformers", "llama.cpp", "mlx-lm"],
-                        help="the engine to compare with; repeatable (default: transformers)")
+    decode.add_argument("--against", action="append", choices=["transformers", "llama.cpp", "mlx-lm", "one-rank"],
+                        help="the engine to compare with; repeatable (default: transformers); one-rank: this "
+                             "engine on one rank with --ranks times --threads threads (with --ranks 2)")
     decode.add_argument("--gguf", default=None,
                         help="the GGUF llama.cpp loads (default: the one the model was converted from)")
     decode.add_argument("--prompt-tokens", type=int, default=512)

@@ -67,13 +67,50 @@ def test_two_ranks_give_one_ranks_logits(checkpoints, name):
     two = start_leader(checkpoints[name], EngineConfig(ranks=2, threads=1))
     try:
         assert "2 ranks" in two.describe()
-        assert two.kv_bytes_per_token() < runner.kv_bytes_per_token()       # rank 0 keeps its own heads' KV
+        assert two.runner.kv_bytes_per_token() < runner.kv_bytes_per_token()    # rank 0: its own heads' KV
+        assert two.kv_bytes_per_token() == runner.kv_bytes_per_token()         # planned: every rank's
         got = forwards(two)
         assert two.group.bytes_sent > 0
     finally:
         two.close()
     for i, (a, b) in enumerate(zip(one, got)):
         assert a.shape == b.shape and torch.equal(a, b), f"forward {i}: max diff {(a - b).abs().max()}"
+
+
+def test_draws_across_ranks_are_one_ranks(checkpoints):
+    """Rows drawn by the sharded rule (greedy; candidates; whole shards when the cuts may keep more)
+    give sampler.sample's token on one rank's logits; a row with constraints gets its whole logits."""
+    from tensorfold.engine.sampler import sample
+    from tensorfold.engine.types import SamplingParams as SP
+
+    folder = checkpoints["default"]
+    draws = [(SP(temperature=0.0), 0), (SP(temperature=0.8, top_p=0.9, seed=3), 5), (SP(temperature=1.0, seed=4), 1),
+             None, (SP(temperature=1.5, top_k=20, seed=9), 7), (SP(temperature=0.7, min_p=0.1, seed=2), 3),
+             (SP(temperature=3.0, top_p=0.999, seed=8), 2), (SP(temperature=0.0), 4)]
+    toks = [(53 * i + 7) % 3000 + 200 for i in range(len(draws))]
+
+    def run(runner, **kw):
+        runner.allocate_kv(4, 32)
+        return runner.forward(toks, [runner.segment([0], 0, len(toks))], list(range(len(toks))), **kw)
+
+    whole = run(NativeRunner(folder, threads=1))
+    two = start_leader(folder, EngineConfig(ranks=2, threads=1))
+    try:
+        rows, drawn = run(two, draws=draws)
+        greedy_bytes = two.last_step[1]
+        run(two)                                   # every row's whole logits
+        assert two.last_step[1] > greedy_bytes
+    finally:
+        two.close()
+    for i, d in enumerate(draws):
+        if drawn[i] is None:
+            assert torch.equal(rows[i], whole[i])
+            if d is not None:
+                assert sample(rows[i], *d) == sample(whole[i], *d)
+        else:
+            assert rows[i] is None and drawn[i] == sample(whole[i], *d), i
+    assert drawn[3] is None and drawn[2] is None              # constraints; top_p 1 without min_p: whole
+    assert None not in (drawn[0], drawn[4], drawn[7])         # greedy; top_k within the candidates
 
 
 def test_refusals(checkpoints, tmp_path, default_model):

@@ -6,8 +6,6 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from tensorfold.engine.sampler import (
     ONE,
@@ -123,43 +121,3 @@ def test_exact_exp_is_accurate():
     d = -torch.linspace(0, 60, 10001, dtype=torch.float64)
     rel = ((exact_exp64(d) - torch.exp(d)) / torch.exp(d)).abs().max()
     assert rel < 1e-14
-
-
-def sharded_sample(logits: torch.Tensor, params: SamplingParams, position: int, split: int) -> int:
-    """Two shards each hold part of the vocabulary: they share only their maxima and candidates."""
-    shards = [logits[:split], logits[split:]]
-    z_max = max(float((s.to(torch.float64) / params.temperature).max()) for s in shards)
-    cand_ids, cand_mass = [], []
-    for offset, shard in ((0, shards[0]), (split, shards[1])):
-        mass = token_masses(shard, params.temperature, z_max)
-        ids = torch.arange(offset, offset + shard.numel())
-        if params.top_k > 0:     # a shard only needs to send its own k best
-            order = torch.sort(mass, descending=True, stable=True).indices[: params.top_k]
-            order = torch.sort(order).values
-            ids, mass = ids[order], mass[order]
-        cand_ids.append(ids)
-        cand_mass.append(mass)
-    ids, mass = apply_cuts(torch.cat(cand_ids), torch.cat(cand_mass), params)
-    return draw(ids, mass, keyed_uniform(params.seed, position))
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    vocab=st.integers(2, 3000),
-    split_frac=st.floats(0.01, 0.99),
-    scale=st.floats(0.1, 30.0),
-    temperature=st.floats(0.05, 3.0),
-    top_k=st.sampled_from([0, 1, 5, 50]),
-    top_p=st.sampled_from([1.0, 0.95, 0.5, 0.1]),
-    min_p=st.sampled_from([0.0, 0.05, 0.5]),
-    seed=st.integers(0, 2**40),
-    position=st.integers(0, 10_000),
-    data_seed=st.integers(0, 2**31),
-)
-def test_two_shards_draw_the_same_token_as_one(vocab, split_frac, scale, temperature, top_k, top_p,
-                                               min_p, seed, position, data_seed):
-    gen = torch.Generator().manual_seed(data_seed)
-    logits = (torch.randn(vocab, generator=gen) * scale).to(torch.float32)
-    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
-    split = max(1, min(vocab - 1, int(vocab * split_frac)))
-    assert sharded_sample(logits, params, position, split) == sample(logits, params, position)

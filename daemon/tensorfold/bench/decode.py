@@ -280,6 +280,29 @@ class MlxLm(Reference):
         return first - t0, time.perf_counter() - first, tokens
 
 
+class OneRank(Reference):
+    """This engine on one rank with all the threads the ranks have together (--against one-rank)."""
+
+    name = "one rank"
+
+    def __init__(self, folder: Path, config) -> None:
+        self.threads = config.ranks * (config.threads or 1)
+        self.engine = OurEngine(folder, dataclasses.replace(config, ranks=1, threads=self.threads))
+
+    def describe(self) -> str:
+        return f"one rank of {self.threads} threads: {self.engine.client.runner.describe()}"
+
+    def greedy(self, prompt: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
+        rates, tokens = self.engine.one(prompt, new_tokens)
+        return len(prompt) / rates.prefill_tps, (new_tokens - 1) / rates.decode_tps, tokens
+
+    def many(self, prompts: list[list[int]], new_tokens: int) -> float:
+        return self.engine.many(prompts, new_tokens)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
 def side_by_side(args: argparse.Namespace, folder: Path, reference, prompt: list[int],
                  prompts: list[list[int]]) -> None:
     """Ours and `reference` alternating in one process, then our --streams aggregate."""
@@ -297,6 +320,7 @@ def side_by_side(args: argparse.Namespace, folder: Path, reference, prompt: list
     try:
         for i in range(args.repeats + 1):             # alternating; the first round warms up
             rates, our_tokens = ours.one(prompt, args.new_tokens)
+            step = getattr(ours.client.runner, "last_step", None)       # with ranks: a decode step's gathers
             pre_s, dec_s, their_tokens = theirs_engine.greedy(prompt, args.new_tokens)
             many = ours.many(prompts, args.new_tokens)
             if i:
@@ -320,6 +344,8 @@ def side_by_side(args: argparse.Namespace, folder: Path, reference, prompt: list
     same = next((k for k, (a, b) in enumerate(zip(our_tokens, their_tokens)) if a != b),
                 min(len(our_tokens), len(their_tokens)))
     print(f"greedy tokens equal to {name}'s: the first {same} of {args.new_tokens}")
+    if step:
+        print(f"exchanged per 1-stream decode step: rank 0 sent {step[1] / 1024:.1f} KiB in {step[0]} gathers")
     print(f"memory: RSS {rss_loaded:.0f} MiB after loading tensorfold, {rss_end:.0f} MiB after the runs "
           f"({name} loaded too){theirs_engine.memory_note()}")
 
@@ -368,6 +394,15 @@ def run_decode_bench(args: argparse.Namespace) -> int:
             print(f"tensorfold: bench decode --against mlx-lm: {why}", file=sys.stderr)
             return 2
         side_by_side(args, folder, lambda: MlxLm(folder, tokenizer), prompt,
+                     stream_prompts(tokenizer, prompt, args.streams))
+    if "one-rank" in against:
+        if args.ranks < 2:
+            print("tensorfold: bench decode --against one-rank compares --ranks 2 (or more) with one rank",
+                  file=sys.stderr)
+            return 2
+        config = dataclasses.replace(engine_config(args), parallel=max(args.streams, 1), decode_share=0.0,
+                                     context=args.context or run_context(prompt, args))
+        side_by_side(args, folder, lambda: OneRank(folder, config), prompt,
                      stream_prompts(tokenizer, prompt, args.streams))
     if "transformers" in against:
         device = pick_device(args.device)

@@ -219,16 +219,13 @@ class Engine:
         start = seq.computed
         end = min(len(prompt), start + (lim.background_chunk if seq.background else lim.prefill_chunk))
         seg = self.backend.segment(seq.blocks, start, end - start)
-        logits = self.backend.forward(prompt[start:end], [seg], [end - start - 1])
+        logits, drawn = self._forward(prompt[start:end], [seg], [end - start - 1], [(seq, 0)])
         seq.computed = end
         self._register(seq)
         if end < len(prompt):
             return []
-        lg = logits[0]
-        if seq.request.constraints:
-            apply_constraints(seq.request.constraints, seq.generated, lg)
-        token = sample(lg, seq.request.sampling, len(seq.generated))
-        return [(seq, [replace_token(seq.request.constraints, seq.generated, token)])]
+        token = self._draw(seq, seq.generated, logits[0], drawn[0])
+        return [(seq, [token])]
 
     def _drafts(self, seq: Sequence) -> list[int]:
         """This round's draft tokens for `seq`: the replayed reply, else the drafter's guess."""
@@ -249,15 +246,13 @@ class Engine:
         feeds = [[s.generated[-1], *self._drafts(s)] for s in seqs]
         tokens = [t for feed in feeds for t in feed]
         segments = [self.backend.segment(s.blocks, s.computed, len(f)) for s, f in zip(seqs, feeds)]
-        logits = self.backend.forward(tokens, segments, list(range(len(tokens))))
+        logits, drawn = self._forward(tokens, segments, list(range(len(tokens))),
+                                      [(s, j) for s, f in zip(seqs, feeds) for j in range(len(f))])
         out, row = [], 0
         for seq, feed in zip(seqs, feeds):
             drafts, reply, taken = feed[1:], list(seq.generated), []
             for j in range(len(feed)):
-                lg = logits[row + j]
-                if seq.request.constraints:
-                    apply_constraints(seq.request.constraints, reply, lg)
-                token = replace_token(seq.request.constraints, reply, sample(lg, seq.request.sampling, len(reply)))
+                token = self._draw(seq, reply, logits[row + j], drawn[row + j])
                 taken.append(token)
                 reply.append(token)
                 if j == len(drafts) or token != drafts[j]:
@@ -272,6 +267,25 @@ class Engine:
                 seq.adapt_draft(len(drafts), len(taken) - 1, self.limits.max_draft)
             out.append((seq, taken))
         return out
+
+    def _forward(self, tokens: list[int], segments: list[Any], out_rows: list[int],
+                 rows: list[tuple[Sequence, int]]) -> tuple[Any, list[int | None]]:
+        """The logits of `out_rows`, and the tokens a backend on several ranks drew across them
+        (None for a row to draw here).  `rows`: each out row's sequence and its offset past
+        the sequence's reply; a row with constraints is drawn here from its whole logits."""
+        if not getattr(self.backend, "draws_on_ranks", False):
+            return self.backend.forward(tokens, segments, out_rows), [None] * len(out_rows)
+        draws = [None if s.request.constraints else (s.request.sampling, len(s.generated) + j) for s, j in rows]
+        return self.backend.forward(tokens, segments, out_rows, draws)
+
+    @staticmethod
+    def _draw(seq: Sequence, reply: list[int], logits: Any, drawn: int | None) -> int:
+        """The keyed draw for reply position len(reply): the rule's constraints, then the sampler."""
+        if drawn is not None:              # drawn across the ranks (the row has no constraints)
+            return drawn
+        if seq.request.constraints:
+            apply_constraints(seq.request.constraints, reply, logits)
+        return replace_token(seq.request.constraints, reply, sample(logits, seq.request.sampling, len(reply)))
 
     def _register(self, seq: Sequence) -> None:
         """Offer every newly completed block of `seq` to the prefix cache."""

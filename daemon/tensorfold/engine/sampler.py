@@ -90,6 +90,14 @@ def apply_cuts(ids: torch.Tensor, mass: torch.Tensor, params: SamplingParams) ->
 
     Returns the surviving (ids, masses), still in ascending id order.
     """
+    return cut_min_p(*nucleus(ids, mass, params), params)
+
+
+def nucleus(ids: torch.Tensor, mass: torch.Tensor, params: SamplingParams,
+            total: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tokens with mass that top-k and then top-p keep, in ascending id order.  `total`:
+    the kept total when the candidates are part of a vocabulary split across ranks
+    (shard_draw.py; top-k off); else their own sum."""
     keep = mass > 0
     ids, mass = ids[keep], mass[keep]
     if params.top_k > 0 or params.top_p < 1.0:
@@ -98,7 +106,7 @@ def apply_cuts(ids: torch.Tensor, mass: torch.Tensor, params: SamplingParams) ->
             order = order[: params.top_k]
         if params.top_p < 1.0:
             ranked = mass[order]
-            total = int(ranked.sum())
+            total = int(ranked.sum()) if total is None else total
             # keep while the mass before a token is below top_p * total (exact); the
             # likeliest token always stays, however small top_p is
             threshold = max(1, -((-round(params.top_p * ONE) * total) >> FIXED_BITS))  # ceil
@@ -106,6 +114,11 @@ def apply_cuts(ids: torch.Tensor, mass: torch.Tensor, params: SamplingParams) ->
             order = order[before < threshold]
         order = torch.sort(order).values
         ids, mass = ids[order], mass[order]
+    return ids, mass
+
+
+def cut_min_p(ids: torch.Tensor, mass: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keep the tokens with mass >= min_p * 2^40 (min_p times the likeliest)."""
     if params.min_p > 0.0:
         keep = mass >= math.ceil(params.min_p * ONE)
         ids, mass = ids[keep], mass[keep]

@@ -9,6 +9,7 @@ import sys
 import torch
 
 from ..native.runner import NativeRunner
+from . import draws as D
 from . import protocol as P
 from .group import RankGroup
 
@@ -17,7 +18,7 @@ log = logging.getLogger(__name__)
 
 def follow(runner: NativeRunner, group: RankGroup) -> None:
     runner.model.set_gather(group.gather)
-    widest = max(b - a for a, b in zip(runner.model.shard.vocab, runner.model.shard.vocab[1:]))
+    vocab = runner.model.shard.vocab
     head = torch.empty(P.HEADER, dtype=torch.int64)
     while True:
         group.broadcast(head)
@@ -27,8 +28,9 @@ def follow(runner: NativeRunner, group: RankGroup) -> None:
             sizes = [rows, rows, rows, tables, outs]
             payload = torch.empty(sum(sizes), dtype=torch.int32)
             group.broadcast(payload)
-            logits = runner.model.forward(*P.unpack(payload, sizes))
-            group.all_gather(P.padded(logits, widest))
+            plans = torch.empty((outs, D.PLAN), dtype=torch.float64)
+            group.broadcast(plans)
+            D.exchange(group, runner.model.forward(*P.unpack(payload, sizes)), vocab, plans.numpy())
         elif op == P.ALLOCATE:
             runner.allocate_kv(values[0], values[1])
         elif op == P.TRIM:

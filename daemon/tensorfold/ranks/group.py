@@ -33,6 +33,7 @@ class RankGroup:
         self.error: BaseException | None = None      # why the last gather failed
         self.gather = lib.GATHER(self._gather)
         self.bytes_sent = 0                           # by this rank's gathers, in all
+        self.gathers = 0
 
     # -- commands (rank 0 to all) ---------------------------------------------------
     def broadcast(self, tensor: torch.Tensor) -> None:
@@ -57,6 +58,7 @@ class RankGroup:
         out = torch.empty((self.ranks, *part.shape), dtype=part.dtype)
         self.data.allgather([list(out.unbind(0))], [part]).wait(self.step_timeout)
         self.bytes_sent += part.numel() * part.element_size()
+        self.gathers += 1
         return out
 
     def _gather(self, send: int, recv: int, count: int) -> int:
@@ -66,6 +68,7 @@ class RankGroup:
             whole = torch.frombuffer((C.c_float * (count * self.ranks)).from_address(recv), dtype=torch.float32)
             self.data.allgather([list(whole.view(self.ranks, count).unbind(0))], [part]).wait(self.step_timeout)
             self.bytes_sent += count * 4
+            self.gathers += 1
             return 0
         except BaseException as exc:     # noqa: BLE001 - it cannot cross the C frames; kept for the caller
             self.error = exc

@@ -13,13 +13,16 @@ import logging
 import subprocess
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
 from ..backends.rows import Segment
+from ..engine.shard_draw import merge_draw
+from ..engine.types import SamplingParams
 from ..native.model import RanksFailed
 from ..native.runner import NativeRunner
+from . import draws as D
 from . import protocol as P
 from .group import RankGroup
 
@@ -29,6 +32,7 @@ T = TypeVar("T")
 
 
 class Leader:
+    draws_on_ranks = True             # forward(..., draws): the keyed draw made across the ranks
     dtype = torch.float32
     device = torch.device("cpu")
 
@@ -39,9 +43,9 @@ class Leader:
         self.vocab_size = runner.vocab_size
         self.max_positions = runner.max_positions
         runner.model.set_gather(group.gather)
-        vocab = runner.model.shard.vocab
-        self._widths = [b - a for a, b in zip(vocab, vocab[1:])]
+        self._vocab = runner.model.shard.vocab
         self.down: str | None = None
+        self.last_step = (0, 0)          # the last forward's gathers and the bytes rank 0 sent in them
         self._closing = False
         self._followers = followers
         for rank, proc in enumerate(followers, start=1):
@@ -53,7 +57,9 @@ class Leader:
         return f"{self.runner.describe()} on {self.ranks} ranks (gloo)"
 
     def kv_bytes_per_token(self) -> int:
-        return self.runner.kv_bytes_per_token()
+        """Every rank's KV together: the ranks of one machine share its memory."""
+        a = self.runner.args
+        return 2 * a.layers * a.kv_heads * a.head_dim * 2
 
     def free_memory(self) -> int:
         return self.runner.free_memory()
@@ -68,22 +74,46 @@ class Leader:
     def trim_kv(self, blocks: list[int]) -> None:
         if not blocks or self.down:
             return
+
+        def send() -> None:
+            self.group.broadcast(P.header(P.TRIM, len(blocks)))
+            self.group.broadcast(torch.tensor(blocks, dtype=torch.int32))
         try:
-            self._step(lambda: (self.group.broadcast(P.header(P.TRIM, len(blocks))),
-                                self.group.broadcast(torch.tensor(blocks, dtype=torch.int32))))
+            self._step(send)
         except RanksFailed:
             return                 # logged; the next request is refused
         self.runner.trim_kv(blocks)
 
-    def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> torch.Tensor:
+    def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int],
+                draws: list[tuple[SamplingParams, int] | None] | None = None) -> Any:
+        """Without `draws`: fp32 logits [len(out_rows), vocab], gathered.  With them (per out
+        row: its sampling settings and reply position, or None for a row with constraints):
+        (rows, tokens): tokens[i] the keyed draw made across the ranks (draws.py), or None
+        where rows[i] holds the whole logits to draw from."""
         arrays = self.runner.rows(tokens, segments, out_rows)      # checked before any rank sees it
+        plans = D.plans_of(draws or [None] * len(out_rows))
 
-        def step() -> torch.Tensor:
-            self.group.broadcast(P.header(P.FORWARD, len(tokens), len(arrays[3]), len(out_rows)))
-            self.group.broadcast(P.pack(arrays))
-            logits = self.runner.model.forward(*arrays)
-            return P.join_logits(self.group.all_gather(P.padded(logits, max(self._widths))), self._widths)
-        return self._step(step)
+        def step() -> D.Exchanged:
+            g = self.group
+            sent, gathers = g.bytes_sent, g.gathers
+            g.broadcast(P.header(P.FORWARD, len(tokens), len(arrays[3]), len(out_rows)))
+            g.broadcast(P.pack(arrays))
+            g.broadcast(torch.from_numpy(plans))
+            ex = D.exchange(g, self.runner.model.forward(*arrays), self._vocab, plans)
+            self.last_step = (g.gathers - gathers, g.bytes_sent - sent)
+            return ex
+        ex = self._step(step)
+        if draws is None:
+            return torch.stack([ex.whole[i] for i in range(len(out_rows))])
+        drawn: list[int | None] = []
+        for i, d in enumerate(draws):
+            if i in ex.greedy:
+                drawn.append(ex.greedy[i])
+            elif i in ex.picks:
+                drawn.append(merge_draw(ex.picks[i], d[0], d[1]))
+            else:
+                drawn.append(None)
+        return [ex.whole.get(i) for i in range(len(out_rows))], drawn
 
     def close(self) -> None:
         """Stop the other ranks (they exit) and wait for them."""
