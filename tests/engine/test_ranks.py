@@ -78,15 +78,25 @@ def test_two_ranks_give_one_ranks_logits(checkpoints, name):
 
 
 def test_draws_across_ranks_are_one_ranks(checkpoints):
-    """Rows drawn by the sharded rule (greedy; candidates; whole shards when the cuts may keep more)
-    give sampler.sample's token on one rank's logits; a row with constraints gets its whole logits."""
+    """Rows drawn by the sharded rule (greedy; candidates; whole shards when the cuts may keep more;
+    with forbidden tokens masked on each rank) give sampler.sample's token on one rank's logits, the
+    rules applied; a row whose rules change values gets its whole logits."""
     from tensorfold.engine.sampler import sample
     from tensorfold.engine.types import SamplingParams as SP
 
     folder = checkpoints["default"]
-    draws = [(SP(temperature=0.0), 0), (SP(temperature=0.8, top_p=0.9, seed=3), 5), (SP(temperature=1.0, seed=4), 1),
-             None, (SP(temperature=1.5, top_k=20, seed=9), 7), (SP(temperature=0.7, min_p=0.1, seed=2), 3),
-             (SP(temperature=3.0, top_p=0.999, seed=8), 2), (SP(temperature=0.0), 4)]
+    vocab = 49152
+    few = torch.ones(vocab, dtype=torch.bool)
+    few[[5, 20_000, 30_000, 49_000]] = False                   # allowed: two tokens in each rank's half
+    one_token = torch.ones(vocab, dtype=torch.bool)
+    one_token[40_000] = False
+    everything = torch.ones(vocab, dtype=torch.bool)
+    draws = [(SP(temperature=0.0), 0, None), (SP(temperature=0.8, top_p=0.9, seed=3), 5, None),
+             (SP(temperature=1.0, seed=4), 1, None), None, (SP(temperature=1.5, top_k=20, seed=9), 7, None),
+             (SP(temperature=0.7, min_p=0.1, seed=2), 3, None), (SP(temperature=3.0, top_p=0.999, seed=8), 2, None),
+             (SP(temperature=0.0), 4, None), (SP(temperature=0.0), 0, few), (SP(temperature=1.2, top_p=0.95, seed=1), 9, few),
+             (SP(temperature=0.9, seed=7), 6, one_token), (SP(temperature=0.0), 2, one_token),
+             (SP(temperature=0.9, seed=7), 6, everything)]
     toks = [(53 * i + 7) % 3000 + 200 for i in range(len(draws))]
 
     def run(runner, **kw):
@@ -97,20 +107,28 @@ def test_draws_across_ranks_are_one_ranks(checkpoints):
     two = start_leader(folder, EngineConfig(ranks=2, threads=1))
     try:
         rows, drawn = run(two, draws=draws)
-        greedy_bytes = two.last_step[1]
+        drawn_bytes = two.last_step[1]
         run(two)                                   # every row's whole logits
-        assert two.last_step[1] > greedy_bytes
+        assert two.last_step[1] > drawn_bytes
+        with pytest.raises(ValueError, match="no token is allowed"):   # as one rank says it
+            rows2, drawn2 = run(two, draws=[draws[-1]] * 2 + [None] * (len(toks) - 2))
+            sample(rows2[0], *draws[-1][:2])
     finally:
         two.close()
     for i, d in enumerate(draws):
+        expected = whole[i].clone()
+        if d is not None and d[2] is not None:
+            expected[d[2]] = float("-inf")
         if drawn[i] is None:
-            assert torch.equal(rows[i], whole[i])
-            if d is not None:
-                assert sample(rows[i], *d) == sample(whole[i], *d)
+            assert torch.equal(rows[i], expected) if d is not None else torch.equal(rows[i], whole[i]), i
         else:
-            assert rows[i] is None and drawn[i] == sample(whole[i], *d), i
-    assert drawn[3] is None and drawn[2] is None              # constraints; top_p 1 without min_p: whole
-    assert None not in (drawn[0], drawn[4], drawn[7])         # greedy; top_k within the candidates
+            assert rows[i] is None
+        if d is not None and not bool(torch.isneginf(expected).all()):
+            token = drawn[i] if drawn[i] is not None else sample(rows[i], *d[:2])
+            assert token == sample(expected, *d[:2]), i
+    assert drawn[3] is None and drawn[2] is None              # values changed; top_p 1 without min_p: whole
+    assert None not in (drawn[0], drawn[4], drawn[7], drawn[8], drawn[9], drawn[11])
+    assert drawn[10] == drawn[11] == 40_000 and drawn[8] in (5, 20_000, 30_000, 49_000)
 
 
 def test_refusals(checkpoints, tmp_path, default_model):

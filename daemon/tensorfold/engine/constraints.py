@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 
@@ -27,9 +27,16 @@ class Constraint(Protocol):
         ...
 
 
+# A rule whose class sets FORBIDS_ONLY = True only ever sets logits to -inf (its mask on a
+# row equals forbidding a set of tokens, whatever the values), so ranks that each hold part
+# of the vocabulary can apply it to their own columns (forbidden()).
+
+
 @dataclass(frozen=True, slots=True)
 class ForceToken:
     """Force `token` at reply position `position` (a test rule and the simplest one)."""
+
+    FORBIDS_ONLY: ClassVar[bool] = True
 
     position: int
     token: int
@@ -99,6 +106,16 @@ def apply(constraints: Sequence[Constraint], reply: Sequence[int], logits: torch
         c.mask(reply, logits)
 
 
+def forbidden(constraints: Sequence[Constraint], reply: Sequence[int], vocab: int) -> torch.Tensor | None:
+    """The bool [vocab] of tokens the rules forbid at position len(reply), or None when a
+    rule changes logit values (penalties, logit_bias) rather than only forbidding tokens."""
+    if not all(getattr(c, "FORBIDS_ONLY", False) for c in constraints):
+        return None
+    row = torch.zeros(vocab, dtype=torch.float32)
+    apply(constraints, reply, row)
+    return torch.isneginf(row)
+
+
 @dataclass(frozen=True, slots=True)
 class ThinkingBudget:
     """Close a think block that is still open at its budget-th token.
@@ -108,6 +125,8 @@ class ThinkingBudget:
     the reply closed the block (`marker`) before that position. The cut depends
     on the token count only, so serial and drafted decoding cut alike.
     """
+
+    FORBIDS_ONLY: ClassVar[bool] = True
 
     budget: int
     close: tuple[int, ...]          # "\n</think>\n\n" as tokens
@@ -163,6 +182,8 @@ class ToolForce:
     its first token (a one-token opener). Every fix depends only on the tokens
     before it.
     """
+
+    FORBIDS_ONLY: ClassVar[bool] = True
 
     prefix: tuple[int, ...]
     names: tuple[str, ...]

@@ -14,7 +14,7 @@ import torch
 
 from .cache import BlockCache
 from .constraints import apply as apply_constraints
-from .constraints import cut_drafts
+from .constraints import cut_drafts, forbidden
 from .constraints import replace as replace_token
 from .counters import Counters
 from .drafting import Drafter
@@ -219,7 +219,7 @@ class Engine:
         start = seq.computed
         end = min(len(prompt), start + (lim.background_chunk if seq.background else lim.prefill_chunk))
         seg = self.backend.segment(seq.blocks, start, end - start)
-        logits, drawn = self._forward(prompt[start:end], [seg], [end - start - 1], [(seq, 0)])
+        logits, drawn = self._forward(prompt[start:end], [seg], [end - start - 1], lambda: [(seq, seq.generated)])
         seq.computed = end
         self._register(seq)
         if end < len(prompt):
@@ -246,8 +246,8 @@ class Engine:
         feeds = [[s.generated[-1], *self._drafts(s)] for s in seqs]
         tokens = [t for feed in feeds for t in feed]
         segments = [self.backend.segment(s.blocks, s.computed, len(f)) for s, f in zip(seqs, feeds)]
-        logits, drawn = self._forward(tokens, segments, list(range(len(tokens))),
-                                      [(s, j) for s, f in zip(seqs, feeds) for j in range(len(f))])
+        logits, drawn = self._forward(tokens, segments, list(range(len(tokens))), lambda: [
+            (s, s.generated + f[1:j + 1]) for s, f in zip(seqs, feeds) for j in range(len(f))])
         out, row = [], 0
         for seq, feed in zip(seqs, feeds):
             drafts, reply, taken = feed[1:], list(seq.generated), []
@@ -269,23 +269,30 @@ class Engine:
         return out
 
     def _forward(self, tokens: list[int], segments: list[Any], out_rows: list[int],
-                 rows: list[tuple[Sequence, int]]) -> tuple[Any, list[int | None]]:
+                 rows: Callable[[], list[tuple[Sequence, list[int]]]]) -> tuple[Any, list[int | None]]:
         """The logits of `out_rows`, and the tokens a backend on several ranks drew across them
-        (None for a row to draw here).  `rows`: each out row's sequence and its offset past
-        the sequence's reply; a row with constraints is drawn here from its whole logits."""
+        (None for a row to draw here).  `rows()`: each out row's sequence and the reply before
+        it (drafts included); a row whose rules change logit values is drawn here from its
+        whole logits, one whose rules only forbid tokens on the ranks, with those tokens."""
         if not getattr(self.backend, "draws_on_ranks", False):
             return self.backend.forward(tokens, segments, out_rows), [None] * len(out_rows)
-        draws = [None if s.request.constraints else (s.request.sampling, len(s.generated) + j) for s, j in rows]
+        draws = []
+        for seq, reply in rows():
+            rules = seq.request.constraints
+            banned = forbidden(rules, reply, self.backend.vocab_size) if rules else None
+            draws.append(None if rules and banned is None else (seq.request.sampling, len(reply), banned))
         return self.backend.forward(tokens, segments, out_rows, draws)
 
     @staticmethod
     def _draw(seq: Sequence, reply: list[int], logits: Any, drawn: int | None) -> int:
-        """The keyed draw for reply position len(reply): the rule's constraints, then the sampler."""
-        if drawn is not None:              # drawn across the ranks (the row has no constraints)
-            return drawn
-        if seq.request.constraints:
-            apply_constraints(seq.request.constraints, reply, logits)
-        return replace_token(seq.request.constraints, reply, sample(logits, seq.request.sampling, len(reply)))
+        """The keyed draw for reply position len(reply): the rules' masks, the sampler, then the
+        rules that replace a drawn token."""
+        rules = seq.request.constraints
+        if drawn is None:                  # else drawn across the ranks, masks applied there
+            if rules:
+                apply_constraints(rules, reply, logits)
+            drawn = sample(logits, seq.request.sampling, len(reply))
+        return replace_token(rules, reply, drawn)
 
     def _register(self, seq: Sequence) -> None:
         """Offer every newly completed block of `seq` to the prefix cache."""

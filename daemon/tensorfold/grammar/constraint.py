@@ -51,6 +51,8 @@ ROLLBACK_WINDOW = 256         # for xgrammar versions that bound rollback (0.2 i
 class GrammarConstraint:
     """One request's grammar, applied to reply positions (the engine's Constraint protocol)."""
 
+    FORBIDS_ONLY = True           # its mask only forbids tokens (engine/constraints.py)
+
     def __init__(self, compiled: Any, start_after: Sequence[int] = (), may_open: int | None = None) -> None:
         xg = load_xgrammar()
         kwargs: dict[str, Any] = {}

@@ -1,10 +1,12 @@
 """A forward's logits between the ranks: each rank holds its vocabulary columns.
 
 Rank 0 says per output row how it is drawn (`plans`, sent with the forward):
-a row with constraints (a grammar, penalties, a forced call) needs its whole
-logits on rank 0, which applies them; an unconstrained row is drawn by the
-sharded rule (engine/shard_draw.py).  Every rank runs `exchange` with the
-same plans, so the gathers line up:
+a row whose rules change logit values (penalties, logit_bias) needs its whole
+logits on rank 0, which applies them; any other row is drawn by the sharded
+rule (engine/shard_draw.py), a row whose rules only forbid tokens (a grammar,
+a forced token) after each rank sets its forbidden columns to -inf (rank 0
+sends them, a bit per token).  Every rank runs `exchange` with the same
+plans, so the gathers line up:
 
     A  draw rows: each rank's largest logit/temperature and its argmax;
        at temperature 0 the token follows from these alone
@@ -29,18 +31,27 @@ from ..engine.types import SamplingParams
 from . import protocol as P
 from .group import RankGroup
 
-WHOLE, DRAW = 0.0, 1.0
+WHOLE, DRAW, MASKED = 0.0, 1.0, 2.0
 PLAN = 5            # per row: kind, temperature, top_k, top_p, min_p
 
+Draw = tuple[SamplingParams, int, "torch.Tensor | None"]    # settings, reply position, forbidden tokens
 
-def plans_of(draws: list[tuple[SamplingParams, int] | None]) -> np.ndarray:
-    """float64 [rows, PLAN]: WHOLE for a row rank 0 draws from its whole logits, else DRAW and its settings."""
+
+def plans_of(draws: list[Draw | None]) -> np.ndarray:
+    """float64 [rows, PLAN]: WHOLE for a row rank 0 draws from its whole logits, else DRAW
+    (MASKED: with tokens its rules forbid) and its settings."""
     out = np.zeros((len(draws), PLAN), dtype=np.float64)
     for i, d in enumerate(draws):
         if d is not None:
             p = d[0]
-            out[i] = (DRAW, p.temperature, p.top_k, p.top_p, p.min_p)
+            out[i] = (DRAW if d[2] is None else MASKED, p.temperature, p.top_k, p.top_p, p.min_p)
     return out
+
+
+def masks_of(draws: list[Draw | None]) -> torch.Tensor:
+    """The MASKED rows' forbidden tokens, a bit each: uint8 [rows, ceil(vocab / 8)]."""
+    rows = [d[2].numpy() for d in draws if d is not None and d[2] is not None]
+    return torch.from_numpy(np.packbits(np.stack(rows), axis=1))
 
 
 def _params(row: np.ndarray) -> SamplingParams:
@@ -54,11 +65,18 @@ class Exchanged:
     picks: dict[int, list[S.Pick]]            # row -> every rank's pick (the row needs no whole shards)
 
 
-def exchange(group: RankGroup, logits: torch.Tensor, vocab: list[int], plans: np.ndarray) -> Exchanged:
-    """This rank's logits [rows, its columns] and the rows' plans -> what rank 0 draws from."""
+def exchange(group: RankGroup, logits: torch.Tensor, vocab: list[int], plans: np.ndarray,
+             masks: torch.Tensor | None) -> Exchanged:
+    """This rank's logits [rows, its columns], the rows' plans and the MASKED rows' forbidden
+    tokens (masks_of) -> what rank 0 draws from.  A MASKED row's forbidden columns become -inf
+    here first, as its rules would set them on the whole row."""
     offset = vocab[group.rank]
     widths = [b - a for a, b in zip(vocab, vocab[1:])]
-    draw_rows = [i for i in range(len(plans)) if plans[i, 0] == DRAW]
+    masked = [i for i in range(len(plans)) if plans[i, 0] == MASKED]
+    for k, i in enumerate(masked):
+        bits = np.unpackbits(masks[k].numpy(), count=vocab[-1])[offset:offset + logits.shape[1]]
+        logits[i].masked_fill_(torch.from_numpy(bits.astype(bool)), float("-inf"))
+    draw_rows = [i for i in range(len(plans)) if plans[i, 0] != WHOLE]
     need = [i for i in range(len(plans)) if plans[i, 0] == WHOLE]
     out = Exchanged({}, {}, {})
     sampled = []
@@ -67,7 +85,9 @@ def exchange(group: RankGroup, logits: torch.Tensor, vocab: list[int], plans: np
                               for i in draw_rows], dtype=torch.float64)
         stats = group.all_gather(local)                                             # [ranks, rows, 3]
         for k, i in enumerate(draw_rows):
-            if plans[i, 1] == 0.0:
+            if float(stats[:, k, 0].max()) == float("-inf"):
+                need.append(i)              # every token forbidden: rank 0's sampler says so
+            elif plans[i, 1] == 0.0:
                 out.greedy[i] = S.global_argmax([(float(v), int(t)) for v, t in stats[:, k, 1:].tolist()])
             else:
                 sampled.append((i, float(stats[:, k, 0].max())))

@@ -30,7 +30,11 @@ def follow(runner: NativeRunner, group: RankGroup) -> None:
             group.broadcast(payload)
             plans = torch.empty((outs, D.PLAN), dtype=torch.float64)
             group.broadcast(plans)
-            D.exchange(group, runner.model.forward(*P.unpack(payload, sizes)), vocab, plans.numpy())
+            masks = None
+            if n_masked := int((plans[:, 0] == D.MASKED).sum()):
+                masks = torch.empty((n_masked, -(-vocab[-1] // 8)), dtype=torch.uint8)
+                group.broadcast(masks)
+            D.exchange(group, runner.model.forward(*P.unpack(payload, sizes)), vocab, plans.numpy(), masks)
         elif op == P.ALLOCATE:
             runner.allocate_kv(values[0], values[1])
         elif op == P.TRIM:

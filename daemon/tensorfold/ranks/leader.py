@@ -19,7 +19,6 @@ import torch
 
 from ..backends.rows import Segment
 from ..engine.shard_draw import merge_draw
-from ..engine.types import SamplingParams
 from ..native.model import RanksFailed
 from ..native.runner import NativeRunner
 from . import draws as D
@@ -85,13 +84,15 @@ class Leader:
         self.runner.trim_kv(blocks)
 
     def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int],
-                draws: list[tuple[SamplingParams, int] | None] | None = None) -> Any:
+                draws: list[D.Draw | None] | None = None) -> Any:
         """Without `draws`: fp32 logits [len(out_rows), vocab], gathered.  With them (per out
-        row: its sampling settings and reply position, or None for a row with constraints):
-        (rows, tokens): tokens[i] the keyed draw made across the ranks (draws.py), or None
-        where rows[i] holds the whole logits to draw from."""
+        row: its sampling settings, its reply position and the tokens its rules forbid, or
+        None for a row whose rules change values): (rows, tokens): tokens[i] the keyed draw
+        made across the ranks (draws.py), or None where rows[i] holds the whole logits (with
+        its forbidden tokens at -inf) to draw from."""
         arrays = self.runner.rows(tokens, segments, out_rows)      # checked before any rank sees it
         plans = D.plans_of(draws or [None] * len(out_rows))
+        masks = D.masks_of(draws) if (plans[:, 0] == D.MASKED).any() else None
 
         def step() -> D.Exchanged:
             g = self.group
@@ -99,7 +100,9 @@ class Leader:
             g.broadcast(P.header(P.FORWARD, len(tokens), len(arrays[3]), len(out_rows)))
             g.broadcast(P.pack(arrays))
             g.broadcast(torch.from_numpy(plans))
-            ex = D.exchange(g, self.runner.model.forward(*arrays), self._vocab, plans)
+            if masks is not None:
+                g.broadcast(masks)
+            ex = D.exchange(g, self.runner.model.forward(*arrays), self._vocab, plans, masks)
             self.last_step = (g.gathers - gathers, g.bytes_sent - sent)
             return ex
         ex = self._step(step)
