@@ -79,29 +79,51 @@ def test_two_ranks_give_one_ranks_logits(checkpoints, name):
 
 def test_draws_across_ranks_are_one_ranks(checkpoints):
     """Rows drawn by the sharded rule (greedy; candidates; whole shards when the cuts may keep more;
-    with forbidden tokens masked on each rank) give sampler.sample's token on one rank's logits, the
-    rules applied; a row whose rules change values gets its whole logits."""
+    with each row's rules applied on each rank: forbidden tokens, penalties, logit_bias) give
+    sampler.sample's token on one rank's logits with the rules applied."""
+    from tensorfold.engine.constraints import ForceToken, LogitAdjust, apply, for_shards
     from tensorfold.engine.sampler import sample
     from tensorfold.engine.types import SamplingParams as SP
 
     folder = checkpoints["default"]
     vocab = 49152
-    few = torch.ones(vocab, dtype=torch.bool)
-    few[[5, 20_000, 30_000, 49_000]] = False                   # allowed: two tokens in each rank's half
-    one_token = torch.ones(vocab, dtype=torch.bool)
-    one_token[40_000] = False
-    everything = torch.ones(vocab, dtype=torch.bool)
+
+    def banning(allowed: list[int] | None):
+        mask = torch.ones(vocab, dtype=torch.bool)
+        if allowed:
+            mask[allowed] = False
+        return [], mask
+
+    adjust = LogitAdjust(bias=((100, 5.0), (30_000, -2.5), (45_000, 7.25)), frequency=0.5, presence=0.3,
+                         repetition=1.3, prompt_seen=torch.tensor([3, 200, 26_000, 40_000]))
+    reply = [30_001, 30_001, 7, 46_000]
+    rules = {"adjust": for_shards([adjust], reply, vocab),
+             "adjust+force": for_shards([adjust, ForceToken(len(reply), 45_000)], reply, vocab)}
     draws = [(SP(temperature=0.0), 0, None), (SP(temperature=0.8, top_p=0.9, seed=3), 5, None),
              (SP(temperature=1.0, seed=4), 1, None), None, (SP(temperature=1.5, top_k=20, seed=9), 7, None),
              (SP(temperature=0.7, min_p=0.1, seed=2), 3, None), (SP(temperature=3.0, top_p=0.999, seed=8), 2, None),
-             (SP(temperature=0.0), 4, None), (SP(temperature=0.0), 0, few), (SP(temperature=1.2, top_p=0.95, seed=1), 9, few),
-             (SP(temperature=0.9, seed=7), 6, one_token), (SP(temperature=0.0), 2, one_token),
-             (SP(temperature=0.9, seed=7), 6, everything)]
+             (SP(temperature=0.0), 4, None), (SP(temperature=0.0), 0, banning([5, 20_000, 30_000, 49_000])),
+             (SP(temperature=1.2, top_p=0.95, seed=1), 9, banning([5, 20_000, 30_000, 49_000])),
+             (SP(temperature=0.9, seed=7), 6, banning([40_000])), (SP(temperature=0.0), 2, banning([40_000])),
+             (SP(temperature=0.9, seed=7), 6, banning(None)),
+             (SP(temperature=0.0), 4, rules["adjust"]), (SP(temperature=0.9, top_k=50, seed=5), 4, rules["adjust"]),
+             (SP(temperature=0.9, seed=5), 4, rules["adjust+force"])]
     toks = [(53 * i + 7) % 3000 + 200 for i in range(len(draws))]
 
     def run(runner, **kw):
         runner.allocate_kv(4, 32)
         return runner.forward(toks, [runner.segment([0], 0, len(toks))], list(range(len(toks))), **kw)
+
+    per_row = {13: [adjust], 14: [adjust], 15: [adjust, ForceToken(len(reply), 45_000)]}
+
+    def ruled(row: torch.Tensor, i: int) -> torch.Tensor:
+        """A row with its rules applied as one rank applies them."""
+        row = row.clone()
+        if i in per_row:
+            apply(per_row[i], reply, row)
+        elif draws[i] is not None and draws[i][2] is not None:
+            row[draws[i][2][1]] = float("-inf")
+        return row
 
     whole = run(NativeRunner(folder, threads=1))
     two = start_leader(folder, EngineConfig(ranks=2, threads=1))
@@ -111,24 +133,23 @@ def test_draws_across_ranks_are_one_ranks(checkpoints):
         run(two)                                   # every row's whole logits
         assert two.last_step[1] > drawn_bytes
         with pytest.raises(ValueError, match="no token is allowed"):   # as one rank says it
-            rows2, drawn2 = run(two, draws=[draws[-1]] * 2 + [None] * (len(toks) - 2))
-            sample(rows2[0], *draws[-1][:2])
+            rows2, drawn2 = run(two, draws=[draws[12]] * 2 + [None] * (len(toks) - 2))
+            sample(ruled(rows2[0], 12), *draws[12][:2])
     finally:
         two.close()
+    expected = torch.stack([ruled(whole[i], i) for i in range(len(draws))])
     for i, d in enumerate(draws):
-        expected = whole[i].clone()
-        if d is not None and d[2] is not None:
-            expected[d[2]] = float("-inf")
-        if drawn[i] is None:
-            assert torch.equal(rows[i], expected) if d is not None else torch.equal(rows[i], whole[i]), i
+        if drawn[i] is None:                      # the logits as the forward gave them
+            assert torch.equal(rows[i], whole[i]), i
         else:
             assert rows[i] is None
-        if d is not None and not bool(torch.isneginf(expected).all()):
-            token = drawn[i] if drawn[i] is not None else sample(rows[i], *d[:2])
-            assert token == sample(expected, *d[:2]), i
-    assert drawn[3] is None and drawn[2] is None              # values changed; top_p 1 without min_p: whole
-    assert None not in (drawn[0], drawn[4], drawn[7], drawn[8], drawn[9], drawn[11])
-    assert drawn[10] == drawn[11] == 40_000 and drawn[8] in (5, 20_000, 30_000, 49_000)
+        if d is not None and not bool(torch.isneginf(expected[i]).all()):
+            token = drawn[i] if drawn[i] is not None else sample(ruled(rows[i], i), *d[:2])
+            assert token == sample(expected[i], *d[:2]), i
+    assert drawn[3] is None and drawn[2] is None              # no plan; top_p 1 without min_p: whole
+    assert None not in (drawn[0], drawn[4], drawn[7], drawn[8], drawn[9], drawn[11], drawn[13], drawn[14])
+    assert drawn[10] == drawn[11] == 40_000 and drawn[8] in (5, 20_000, 30_000, 49_000) and drawn[15] == 45_000
+    assert drawn[13] == int(torch.argmax(expected[13]))
 
 
 def test_refusals(checkpoints, tmp_path, default_model):

@@ -29,7 +29,7 @@ class Constraint(Protocol):
 
 # A rule whose class sets FORBIDS_ONLY = True only ever sets logits to -inf (its mask on a
 # row equals forbidding a set of tokens, whatever the values), so ranks that each hold part
-# of the vocabulary can apply it to their own columns (forbidden()).
+# of the vocabulary can apply it to their own columns (for_shards()).
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,21 +74,59 @@ class LogitAdjust:
         return True
 
     def mask(self, reply: Sequence[int], logits: torch.Tensor) -> None:
-        dev = logits.device
+        self.edits(reply).apply(logits)
+
+    def edits(self, reply: Sequence[int]) -> Edits:
+        """This rule's changes at position len(reply), as values."""
+        none, f32 = torch.empty(0, dtype=torch.int64), torch.float32
+        add, add_values = none, torch.empty(0, dtype=f32)
         if self.bias:
-            ids = torch.tensor([t for t, _ in self.bias], dtype=torch.int64, device=dev)
-            logits[ids] += torch.tensor([b for _, b in self.bias], dtype=logits.dtype, device=dev)
+            add = torch.tensor([t for t, _ in self.bias], dtype=torch.int64)
+            add_values = torch.tensor([b for _, b in self.bias], dtype=f32)
+        sub, sub_values, seen = none, torch.empty(0, dtype=f32), none
         counted = reply and (self.frequency or self.presence)
-        if not counted and self.repetition == 1.0:
-            return
-        written = torch.tensor(list(reply), dtype=torch.int64, device=dev)
+        written = torch.tensor(list(reply), dtype=torch.int64)
         if counted:
-            ids, counts = torch.unique(written, return_counts=True)
-            logits[ids] -= counts.to(logits.dtype) * self.frequency + self.presence
+            sub, counts = torch.unique(written, return_counts=True)
+            sub_values = counts.to(f32) * self.frequency + self.presence
         if self.repetition != 1.0:
-            seen = torch.unique(torch.cat([self.prompt_seen.to(dev), written]))
-            v = logits[seen]
-            logits[seen] = torch.where(v > 0, v / self.repetition, v * self.repetition)
+            seen = torch.unique(torch.cat([self.prompt_seen, written]))
+        return Edits(add, add_values, sub, sub_values, seen, self.repetition)
+
+
+@dataclass(frozen=True)
+class Edits:
+    """LogitAdjust's changes at one row: logits[add] += add_values, logits[sub] -= sub_values,
+    then each `seen` logit divided by `repetition` when positive, else multiplied by it.  Each
+    is one fp32 operation per token, so a rank holding part of the vocabulary (`offset` on)
+    makes them on its own columns with the bits the whole row gets."""
+
+    add: torch.Tensor
+    add_values: torch.Tensor
+    sub: torch.Tensor
+    sub_values: torch.Tensor
+    seen: torch.Tensor
+    repetition: float
+
+    def apply(self, logits: torch.Tensor, offset: int | None = None) -> None:
+        """On a whole row; or, with `offset`, on the columns offset.. of a row a rank holds part of."""
+        dev, n = logits.device, logits.shape[-1]
+
+        def here(ids: torch.Tensor, *values: torch.Tensor) -> list[torch.Tensor]:
+            if offset is not None:
+                keep = (ids >= offset) & (ids < offset + n)
+                ids, values = ids[keep] - offset, tuple(v[keep] for v in values)
+            return [ids.to(dev), *(v.to(dev) for v in values)]
+        if self.add.numel():
+            ids, values = here(self.add, self.add_values)
+            logits[ids] += values
+        if self.sub.numel():
+            ids, values = here(self.sub, self.sub_values)
+            logits[ids] -= values
+        if self.repetition != 1.0:
+            (ids,) = here(self.seen)
+            v = logits[ids]
+            logits[ids] = torch.where(v > 0, v / self.repetition, v * self.repetition)
 
 
 def cut_drafts(constraints: Sequence[Constraint], reply: Sequence[int], drafts: list[int]) -> list[int]:
@@ -106,14 +144,23 @@ def apply(constraints: Sequence[Constraint], reply: Sequence[int], logits: torch
         c.mask(reply, logits)
 
 
-def forbidden(constraints: Sequence[Constraint], reply: Sequence[int], vocab: int) -> torch.Tensor | None:
-    """The bool [vocab] of tokens the rules forbid at position len(reply), or None when a
-    rule changes logit values (penalties, logit_bias) rather than only forbidding tokens."""
-    if not all(getattr(c, "FORBIDS_ONLY", False) for c in constraints):
-        return None
+def for_shards(constraints: Sequence[Constraint], reply: Sequence[int],
+               vocab: int) -> tuple[list[Edits], torch.Tensor] | None:
+    """The rules at position len(reply) as ranks holding parts of the vocabulary apply them to
+    their own columns: LogitAdjust's edits, in order, and the bool [vocab] of tokens the other
+    rules forbid (FORBIDS_ONLY); None when a rule is neither.  The two commute: a forbidden
+    logit is -inf after finite additions and positive scalings too."""
+    edits, forbids = [], []
+    for c in constraints:
+        if isinstance(c, LogitAdjust):
+            edits.append(c.edits(reply))
+        elif getattr(c, "FORBIDS_ONLY", False):
+            forbids.append(c)
+        else:
+            return None
     row = torch.zeros(vocab, dtype=torch.float32)
-    apply(constraints, reply, row)
-    return torch.isneginf(row)
+    apply(forbids, reply, row)
+    return edits, torch.isneginf(row)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ import torch
 
 from .cache import BlockCache
 from .constraints import apply as apply_constraints
-from .constraints import cut_drafts, forbidden
+from .constraints import cut_drafts, for_shards
 from .constraints import replace as replace_token
 from .counters import Counters
 from .drafting import Drafter
@@ -272,15 +272,15 @@ class Engine:
                  rows: Callable[[], list[tuple[Sequence, list[int]]]]) -> tuple[Any, list[int | None]]:
         """The logits of `out_rows`, and the tokens a backend on several ranks drew across them
         (None for a row to draw here).  `rows()`: each out row's sequence and the reply before
-        it (drafts included); a row whose rules change logit values is drawn here from its
-        whole logits, one whose rules only forbid tokens on the ranks, with those tokens."""
+        it (drafts included); the ranks apply a row's rules to their own columns where they
+        can (constraints.for_shards), else the row is drawn here from its whole logits."""
         if not getattr(self.backend, "draws_on_ranks", False):
             return self.backend.forward(tokens, segments, out_rows), [None] * len(out_rows)
         draws = []
         for seq, reply in rows():
             rules = seq.request.constraints
-            banned = forbidden(rules, reply, self.backend.vocab_size) if rules else None
-            draws.append(None if rules and banned is None else (seq.request.sampling, len(reply), banned))
+            shard = for_shards(rules, reply, self.backend.vocab_size) if rules else None
+            draws.append(None if rules and shard is None else (seq.request.sampling, len(reply), shard))
         return self.backend.forward(tokens, segments, out_rows, draws)
 
     @staticmethod

@@ -1,12 +1,12 @@
 """A forward's logits between the ranks: each rank holds its vocabulary columns.
 
 Rank 0 says per output row how it is drawn (`plans`, sent with the forward):
-a row whose rules change logit values (penalties, logit_bias) needs its whole
-logits on rank 0, which applies them; any other row is drawn by the sharded
-rule (engine/shard_draw.py), a row whose rules only forbid tokens (a grammar,
-a forced token) after each rank sets its forbidden columns to -inf (rank 0
-sends them, a bit per token).  Every rank runs `exchange` with the same
-plans, so the gathers line up:
+by the sharded rule (engine/shard_draw.py), after each rank applies the row's
+rules to its own columns where it has some (rank 0 sends the tokens they
+forbid, a bit per token, and the penalties' and logit_bias' edits as values);
+or, for a row with a rule of another kind, from its whole logits on rank 0,
+which applies them.  Every rank runs `exchange` with the same plans, so the
+gathers line up:
 
     A  draw rows: each rank's largest logit/temperature and its argmax;
        at temperature 0 the token follows from these alone
@@ -27,31 +27,59 @@ import numpy as np
 import torch
 
 from ..engine import shard_draw as S
+from ..engine.constraints import Edits
 from ..engine.types import SamplingParams
 from . import protocol as P
 from .group import RankGroup
 
-WHOLE, DRAW, MASKED = 0.0, 1.0, 2.0
-PLAN = 5            # per row: kind, temperature, top_k, top_p, min_p
+WHOLE, DRAW, RULED = 0.0, 1.0, 2.0
+PLAN = 6            # per row: kind, temperature, top_k, top_p, min_p, length of its encoded edits
 
-Draw = tuple[SamplingParams, int, "torch.Tensor | None"]    # settings, reply position, forbidden tokens
+Rules = tuple[list[Edits], torch.Tensor]           # constraints.for_shards: edits, forbidden tokens
+Draw = tuple[SamplingParams, int, "Rules | None"]  # settings, reply position, the row's rules
 
 
-def plans_of(draws: list[Draw | None]) -> np.ndarray:
-    """float64 [rows, PLAN]: WHOLE for a row rank 0 draws from its whole logits, else DRAW
-    (MASKED: with tokens its rules forbid) and its settings."""
-    out = np.zeros((len(draws), PLAN), dtype=np.float64)
+def plans_of(draws: list[Draw | None]) -> tuple[np.ndarray, torch.Tensor | None, torch.Tensor | None]:
+    """float64 plans [rows, PLAN] (WHOLE: rank 0 draws from the row's whole logits; else DRAW, or
+    RULED with rules to apply first, and the settings); for the RULED rows, their forbidden
+    tokens a bit each (uint8 [rows, ceil(vocab / 8)]) and their edits (float64, encode_edits)."""
+    plans = np.zeros((len(draws), PLAN), dtype=np.float64)
+    banned, edits = [], []
     for i, d in enumerate(draws):
         if d is not None:
-            p = d[0]
-            out[i] = (DRAW if d[2] is None else MASKED, p.temperature, p.top_k, p.top_p, p.min_p)
+            p, rules = d[0], d[2]
+            code = encode_edits(rules[0]) if rules else None
+            plans[i] = (DRAW if rules is None else RULED, p.temperature, p.top_k, p.top_p, p.min_p,
+                        0 if code is None else code.numel())
+            if rules is not None:
+                banned.append(rules[1].numpy())
+                edits.append(code)
+    if not banned:
+        return plans, None, None
+    return plans, torch.from_numpy(np.packbits(np.stack(banned), axis=1)), torch.cat(edits)
+
+
+def encode_edits(edits: list[Edits]) -> torch.Tensor:
+    """float64: per edit n_add, n_sub, n_seen, repetition, then the ids and values (exact: ids
+    below 2^53, fp32 values)."""
+    parts = []
+    for e in edits:
+        parts += [torch.tensor([e.add.numel(), e.sub.numel(), e.seen.numel(), e.repetition], dtype=torch.float64),
+                  e.add.double(), e.add_values.double(), e.sub.double(), e.sub_values.double(), e.seen.double()]
+    return torch.cat(parts) if parts else torch.empty(0, dtype=torch.float64)
+
+
+def decode_edits(code: torch.Tensor) -> list[Edits]:
+    out, i = [], 0
+    while i < code.numel():
+        n_add, n_sub, n_seen = (int(x) for x in code[i:i + 3])
+        rep = float(code[i + 3])
+        i += 4
+        cut = [n_add, n_add, n_sub, n_sub, n_seen]
+        a, av, b, bv, seen = torch.split(code[i:i + sum(cut)], cut)
+        i += sum(cut)
+        out.append(Edits(a.long(), av.float(), b.long(), bv.float(), seen.long(), rep))
     return out
-
-
-def masks_of(draws: list[Draw | None]) -> torch.Tensor:
-    """The MASKED rows' forbidden tokens, a bit each: uint8 [rows, ceil(vocab / 8)]."""
-    rows = [d[2].numpy() for d in draws if d is not None and d[2] is not None]
-    return torch.from_numpy(np.packbits(np.stack(rows), axis=1))
 
 
 def _params(row: np.ndarray) -> SamplingParams:
@@ -66,15 +94,20 @@ class Exchanged:
 
 
 def exchange(group: RankGroup, logits: torch.Tensor, vocab: list[int], plans: np.ndarray,
-             masks: torch.Tensor | None) -> Exchanged:
-    """This rank's logits [rows, its columns], the rows' plans and the MASKED rows' forbidden
-    tokens (masks_of) -> what rank 0 draws from.  A MASKED row's forbidden columns become -inf
-    here first, as its rules would set them on the whole row."""
+             banned: torch.Tensor | None, edits: torch.Tensor | None) -> Exchanged:
+    """This rank's logits [rows, its columns], the rows' plans, and the RULED rows' forbidden
+    tokens and edits (plans_of) -> what rank 0 draws from.  A RULED row's rules are applied
+    here first, to this rank's columns, as on the whole row; where the row then needs its
+    whole logits, they go to rank 0 as the forward gave them (rank 0 applies the rules)."""
     offset = vocab[group.rank]
     widths = [b - a for a, b in zip(vocab, vocab[1:])]
-    masked = [i for i in range(len(plans)) if plans[i, 0] == MASKED]
-    for k, i in enumerate(masked):
-        bits = np.unpackbits(masks[k].numpy(), count=vocab[-1])[offset:offset + logits.shape[1]]
+    ruled = [i for i in range(len(plans)) if plans[i, 0] == RULED]
+    codes = torch.split(edits, [int(plans[i, 5]) for i in ruled]) if ruled else []
+    raw = {i: logits[i].clone() for i in ruled}       # a row drawn from whole logits gets them as they came
+    for k, (i, code) in enumerate(zip(ruled, codes)):
+        for e in decode_edits(code):
+            e.apply(logits[i], offset)
+        bits = np.unpackbits(banned[k].numpy(), count=vocab[-1])[offset:offset + logits.shape[1]]
         logits[i].masked_fill_(torch.from_numpy(bits.astype(bool)), float("-inf"))
     draw_rows = [i for i in range(len(plans)) if plans[i, 0] != WHOLE]
     need = [i for i in range(len(plans)) if plans[i, 0] == WHOLE]
@@ -102,7 +135,7 @@ def exchange(group: RankGroup, logits: torch.Tensor, vocab: list[int], plans: np
                 out.picks[i] = picks
     if need:                                                                        # C
         need.sort()
-        parts = group.all_gather(P.padded(logits[need], max(widths)))
+        parts = group.all_gather(P.padded(torch.stack([raw.get(i, logits[i]) for i in need]), max(widths)))
         for i, row in zip(need, P.join_logits(parts, widths)):
             out.whole[i] = row
     return out

@@ -30,11 +30,13 @@ def follow(runner: NativeRunner, group: RankGroup) -> None:
             group.broadcast(payload)
             plans = torch.empty((outs, D.PLAN), dtype=torch.float64)
             group.broadcast(plans)
-            masks = None
-            if n_masked := int((plans[:, 0] == D.MASKED).sum()):
-                masks = torch.empty((n_masked, -(-vocab[-1] // 8)), dtype=torch.uint8)
-                group.broadcast(masks)
-            D.exchange(group, runner.model.forward(*P.unpack(payload, sizes)), vocab, plans.numpy(), masks)
+            banned = edits = None
+            if n_ruled := int((plans[:, 0] == D.RULED).sum()):
+                banned = torch.empty((n_ruled, -(-vocab[-1] // 8)), dtype=torch.uint8)
+                edits = torch.empty(int(plans[:, 5].sum()), dtype=torch.float64)
+                group.broadcast(banned)
+                group.broadcast(edits)
+            D.exchange(group, runner.model.forward(*P.unpack(payload, sizes)), vocab, plans.numpy(), banned, edits)
         elif op == P.ALLOCATE:
             runner.allocate_kv(values[0], values[1])
         elif op == P.TRIM:

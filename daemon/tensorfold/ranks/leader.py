@@ -86,13 +86,12 @@ class Leader:
     def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int],
                 draws: list[D.Draw | None] | None = None) -> Any:
         """Without `draws`: fp32 logits [len(out_rows), vocab], gathered.  With them (per out
-        row: its sampling settings, its reply position and the tokens its rules forbid, or
-        None for a row whose rules change values): (rows, tokens): tokens[i] the keyed draw
-        made across the ranks (draws.py), or None where rows[i] holds the whole logits (with
-        its forbidden tokens at -inf) to draw from."""
+        row: its sampling settings, its reply position and its rules as constraints.for_shards
+        gives them, or None for a row whose rules are of another kind): (rows, tokens):
+        tokens[i] the keyed draw made across the ranks (draws.py), or None where rows[i] holds
+        the whole logits, as the forward gave them, to apply the row's rules to and draw from."""
         arrays = self.runner.rows(tokens, segments, out_rows)      # checked before any rank sees it
-        plans = D.plans_of(draws or [None] * len(out_rows))
-        masks = D.masks_of(draws) if (plans[:, 0] == D.MASKED).any() else None
+        plans, banned, edits = D.plans_of(draws or [None] * len(out_rows))
 
         def step() -> D.Exchanged:
             g = self.group
@@ -100,9 +99,10 @@ class Leader:
             g.broadcast(P.header(P.FORWARD, len(tokens), len(arrays[3]), len(out_rows)))
             g.broadcast(P.pack(arrays))
             g.broadcast(torch.from_numpy(plans))
-            if masks is not None:
-                g.broadcast(masks)
-            ex = D.exchange(g, self.runner.model.forward(*arrays), self._vocab, plans, masks)
+            if banned is not None:
+                g.broadcast(banned)
+                g.broadcast(edits)
+            ex = D.exchange(g, self.runner.model.forward(*arrays), self._vocab, plans, banned, edits)
             self.last_step = (g.gathers - gathers, g.bytes_sent - sent)
             return ex
         ex = self._step(step)
