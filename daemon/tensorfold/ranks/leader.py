@@ -1,5 +1,6 @@
 """Rank 0's Backend: each call goes to the other ranks, then runs here on rank
-0's part of the model; a forward's logits are gathered from every rank.
+0's part of the model; a forward's rows are drawn across the ranks' parts of
+the vocabulary (draws.py), or their whole logits gathered.
 
 A rank that exits, or a command or gather that fails or times out, puts the
 ranks down: `down` says why, the forward in progress raises, the engine ends

@@ -2,8 +2,10 @@
 group, then for some commands an int32 payload.
 
     FORWARD   rows, tables, out rows; payload: tokens, pos, tab_off (rows each),
-              tables, out_rows; then the out rows' plans (float64, draws.py); then
-              every rank runs the forward and the logits are exchanged (draws.py)
+              tables, out_rows; then the out rows' plans (float64, draws.py) and,
+              when some rows have rules, their forbidden tokens (uint8 bits) and
+              edits (float64); then every rank runs the forward and the logits
+              are exchanged (draws.py)
     ALLOCATE  blocks, block size
     TRIM      blocks; payload: their ids
     STOP      the follower returns
