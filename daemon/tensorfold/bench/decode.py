@@ -306,11 +306,7 @@ class OneRank(Reference):
 def side_by_side(args: argparse.Namespace, folder: Path, reference, prompt: list[int],
                  prompts: list[list[int]]) -> None:
     """Ours and `reference` alternating in one process, then our --streams aggregate."""
-    from ..cli import engine_config
-
-    config = dataclasses.replace(engine_config(args), parallel=max(args.streams, 1), decode_share=0.0,
-                                 context=args.context or run_context(prompt, args))  # a KV pool for the runs
-    ours = OurEngine(folder, config)
+    ours = OurEngine(folder, side_by_side_config(args, prompt))
     rss_loaded = rss_mib()
     theirs_engine = reference()
     name = theirs_engine.name
@@ -348,6 +344,14 @@ def side_by_side(args: argparse.Namespace, folder: Path, reference, prompt: list
         print(f"exchanged per 1-stream decode step: rank 0 sent {step[1] / 1024:.1f} KiB in {step[0]} gathers")
     print(f"memory: RSS {rss_loaded:.0f} MiB after loading tensorfold, {rss_end:.0f} MiB after the runs "
           f"({name} loaded too){theirs_engine.memory_note()}")
+
+
+def side_by_side_config(args: argparse.Namespace, prompt: list[int]):
+    """Our engine's settings in a side-by-side run: --streams lanes, prefill whole, a KV pool for the runs."""
+    from ..cli import engine_config
+
+    return dataclasses.replace(engine_config(args), parallel=max(args.streams, 1), decode_share=0.0,
+                               context=args.context or run_context(prompt, args))
 
 
 def run_context(prompt: list[int], args: argparse.Namespace) -> int:
@@ -400,9 +404,7 @@ def run_decode_bench(args: argparse.Namespace) -> int:
             print("tensorfold: bench decode --against one-rank compares --ranks 2 (or more) with one rank",
                   file=sys.stderr)
             return 2
-        config = dataclasses.replace(engine_config(args), parallel=max(args.streams, 1), decode_share=0.0,
-                                     context=args.context or run_context(prompt, args))
-        side_by_side(args, folder, lambda: OneRank(folder, config), prompt,
+        side_by_side(args, folder, lambda: OneRank(folder, side_by_side_config(args, prompt)), prompt,
                      stream_prompts(tokenizer, prompt, args.streams))
     if "transformers" in against:
         device = pick_device(args.device)

@@ -130,9 +130,11 @@ class NativeModel:
                           self._f32(bias) if bias is not None else None)
 
     # -- KV ------------------------------------------------------------------------
-    def kv_bytes_per_token(self) -> int:
+    def kv_bytes_per_token(self, every_rank: bool = False) -> int:
+        """fp16 keys and values of one position: this rank's kv heads, or with `every_rank`
+        the whole model's."""
         a = self.args
-        return 2 * a.layers * self.struct.kv_heads * a.head_dim * 2
+        return 2 * a.layers * (a.kv_heads if every_rank else self.struct.kv_heads) * a.head_dim * 2
 
     def allocate_kv(self, num_blocks: int, block_size: int) -> None:
         """A KV map of `num_blocks` blocks, laid out layer by layer (tf_kernels.h): each

@@ -56,19 +56,21 @@ class RankGroup:
     def all_gather(self, part: torch.Tensor) -> torch.Tensor:
         """Every rank's `part` (same shape on each), stacked rank by rank."""
         out = torch.empty((self.ranks, *part.shape), dtype=part.dtype)
+        self._all_gather_into(out, part)
+        return out
+
+    def _all_gather_into(self, out: torch.Tensor, part: torch.Tensor) -> None:
+        """out[r] = rank r's `part`; counted in bytes_sent and gathers."""
         self.data.allgather([list(out.unbind(0))], [part]).wait(self.step_timeout)
         self.bytes_sent += part.numel() * part.element_size()
         self.gathers += 1
-        return out
 
     def _gather(self, send: int, recv: int, count: int) -> int:
         """lib.GATHER for the C forward: 0, or 1 with the exception kept in `error`."""
         try:
             part = torch.frombuffer((C.c_float * count).from_address(send), dtype=torch.float32)
             whole = torch.frombuffer((C.c_float * (count * self.ranks)).from_address(recv), dtype=torch.float32)
-            self.data.allgather([list(whole.view(self.ranks, count).unbind(0))], [part]).wait(self.step_timeout)
-            self.bytes_sent += count * 4
-            self.gathers += 1
+            self._all_gather_into(whole.view(self.ranks, count), part)
             return 0
         except BaseException as exc:     # noqa: BLE001 - it cannot cross the C frames; kept for the caller
             self.error = exc

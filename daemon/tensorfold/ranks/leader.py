@@ -58,8 +58,7 @@ class Leader:
 
     def kv_bytes_per_token(self) -> int:
         """Every rank's KV together: the ranks of one machine share its memory."""
-        a = self.runner.args
-        return 2 * a.layers * a.kv_heads * a.head_dim * 2
+        return self.runner.model.kv_bytes_per_token(every_rank=True)
 
     def free_memory(self) -> int:
         return self.runner.free_memory()

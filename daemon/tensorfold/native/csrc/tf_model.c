@@ -287,8 +287,9 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
     f.act = malloc(sizeof(float) * R * FW);
     rank_bufs b = {0};
     if (split) {
-        b.send = malloc(sizeof(float) * (size_t)most_sent(m, rows));
-        b.recv = malloc(sizeof(float) * (size_t)(most_sent(m, rows) * m->ranks));
+        int64_t most = most_sent(m, rows);
+        b.send = malloc(sizeof(float) * (size_t)most);
+        b.recv = malloc(sizeof(float) * (size_t)(most * m->ranks));
     }
     f.act_own = split ? b.send : f.act;
     float *att_own = split ? b.send : f.att;
