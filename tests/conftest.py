@@ -31,3 +31,12 @@ def echo_model(tmp_path_factory, default_model) -> Path:
     from tests.tiny import make_tiny_checkpoint
 
     return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-echo"), default_model, tied=True)
+
+
+@pytest.fixture(scope="session")
+def hybrid_model(tmp_path_factory, default_model) -> Path:
+    """A 4-layer random Qwen3.5 hybrid (3 Gated DeltaNet layers, then gated attention) with
+    the default model's tokenizer and chat template."""
+    from tests.tiny import make_tiny_hybrid
+
+    return make_tiny_hybrid(tmp_path_factory.mktemp("tiny-hybrid"), default_model)

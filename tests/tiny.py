@@ -80,3 +80,33 @@ def with_template(src: Path, out: Path, template: str) -> Path:
     (out / "tokenizer_config.json").write_text(json.dumps(config))
     (out / "chat_template.jinja").write_text(template)
     return out
+
+
+def make_tiny_hybrid(out: Path, tokenizer_src: Path, seed: int = 0, layers: int = 4, tied: bool = False) -> Path:
+    """A random Qwen3.5 hybrid (Gated DeltaNet layers, every fourth gated attention) built
+    with transformers' own config and model classes, with the default model's tokenizer
+    and chat template.  Weights are bf16-exact fp32, so any kind of weights loads them as
+    they are.  `tied`: the output head is the embedding (the model tends to echo)."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    src_config = json.loads((tokenizer_src / "config.json").read_text())
+    config = Qwen3_5TextConfig(
+        vocab_size=src_config["vocab_size"], hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_key_heads=2,
+        linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+        max_position_embeddings=2048, tie_word_embeddings=tied, bos_token_id=src_config.get("bos_token_id"),
+        eos_token_id=src_config.get("eos_token_id"),
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                         "mrope_section": [2, 1, 1], "mrope_interleaved": True})
+    torch.manual_seed(seed)
+    model = Qwen3_5ForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            scale = 0.1 if "norm" in name else 0.5 if ("A_log" in name or "dt_bias" in name) else \
+                1.0 if "embed" in name else 0.15
+            p.copy_((torch.randn_like(p) * scale).to(torch.bfloat16).to(torch.float32))
+    model.save_pretrained(out)
+    for name in TOKENIZER_FILES:
+        if (tokenizer_src / name).exists() and name != "generation_config.json":
+            shutil.copy(tokenizer_src / name, out / name)
+    return out

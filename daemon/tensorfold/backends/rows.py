@@ -10,11 +10,15 @@ import numpy as np
 
 @dataclass(slots=True)
 class Segment:
-    """Rows for positions start..start+rows-1 of one sequence inside a forward's batch."""
+    """Rows for positions start..start+rows-1 of one sequence inside a forward's batch;
+    for a hybrid model, the state slot its first row reads (-1: the zero state) and the
+    slot each row leaves its state in (engine/states.py)."""
 
     table: list[int]
     start: int
     rows: int
+    src: int = -1
+    dst: list[int] | None = None
 
 
 def check_rows(tokens: list[int], segments: list[Segment], block_size: int, num_blocks: int,

@@ -29,6 +29,7 @@ from .capacity import GiB, KVPlan, plan_kv
 from .drafting.model import DraftModelDrafter
 from .drafting.ngram import NgramDrafter
 from .loop import Engine, EngineLimits
+from .states import state_slots
 from .types import Delta, Request
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,8 @@ class AsyncEngine:
         self.runner = make_runner(folder, config)
         lanes = config.parallel or AUTO_LANES
         budget = int(config.kv_memory * GiB) if config.kv_memory else self.runner.free_memory()
+        if state := getattr(self.runner, "state_bytes", lambda: 0)():    # a hybrid's state slots come first
+            budget -= state_slots(lanes) * state
         plan = plan_kv(self.runner.kv_bytes_per_token(), self.runner.max_positions, config.context,
                        lanes, config.block_size, budget)
         self.context_length = plan.context_length
@@ -126,6 +129,10 @@ class AsyncEngine:
             raise CheckpointError(f"--draft-model {folder.name} does not use the tokenizer of "
                                   f"{self.model_name}; a draft model must share its target's tokenizer")
         runner = make_runner(folder, replace(config, ranks=1))     # drafts on rank 0; verified on every rank
+        if getattr(runner, "state_bytes", lambda: 0)():
+            raise CheckpointError(f"--draft-model {folder.name}: a Qwen3.5 hybrid cannot draft yet (its state "
+                                  "cannot step back past a rejected guess); use a Llama-family draft model or "
+                                  "the default prompt lookup")
         log.info("drafting with %s", folder.name)
         return DraftModelDrafter(runner, plan.num_blocks, plan.block_size, config.prefill_chunk)
 

@@ -22,6 +22,7 @@ from .drafting.ngram import NgramDrafter
 from .sampler import sample
 from .scheduler import Plan, Scheduler
 from .sequence import Sequence
+from .states import FRESH, StatePool, state_slots
 from .text import ReplyText
 from .types import Delta, FinishReason, Request
 
@@ -35,6 +36,8 @@ class Backend(Protocol):
     def trim_kv(self, blocks: list[int]) -> None: ...          # unused blocks: their memory may go
     def segment(self, blocks: list[int], start: int, rows: int) -> Any: ...
     def forward(self, tokens: list[int], segments: list[Any], out_rows: list[int]) -> torch.Tensor: ...
+    # a hybrid model's backend also has: state_bytes() > 0; allocate_state(slots); trim_state();
+    # segment(blocks, start, rows, src, dst) with the state slots of its rows (engine/states.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,10 @@ class Engine:
         self.limits = limits
         self.cache = BlockCache(limits.num_blocks, limits.block_size)
         backend.allocate_kv(limits.num_blocks, limits.block_size)
+        self.states: StatePool | None = None
+        if getattr(backend, "state_bytes", lambda: 0)():
+            self.states = StatePool(state_slots(limits.lanes))
+            backend.allocate_state(self.states.slots)
         self.scheduler = Scheduler(limits.lanes, limits.decode_share)
         self.counters = Counters(streams_maximum=limits.lanes)
         self._inbox: queue.SimpleQueue[Sequence | Callable[[], None] | None] = queue.SimpleQueue()
@@ -107,6 +114,8 @@ class Engine:
         while not self._stopping:
             if self.scheduler.idle:
                 self.backend.trim_kv(self.cache.take_trimmable())
+                if self.states is not None and self.states.idle:
+                    self.backend.trim_state()
             self._take_inbox(block=self.scheduler.idle)
             for seq in self.scheduler.drop_aborted():
                 self._release(seq)
@@ -147,7 +156,11 @@ class Engine:
     def _reserve(self, seq: Sequence) -> bool:
         """Take the KV blocks `seq` needs: cached prompt blocks, then fresh ones for the rest."""
         cache, prompt = self.cache, seq.request.prompt
-        matched, cid = cache.match(prompt, limit=(len(prompt) - 1) // cache.block_size)
+        if self.states is not None and not self.states.available:
+            return False
+        # a hybrid's cached blocks hold no recurrent state: it prefills from the start
+        limit = 0 if self.states is not None else (len(prompt) - 1) // cache.block_size
+        matched, cid = cache.match(prompt, limit=limit)
         need = cache.blocks_for(len(prompt) + seq.request.max_tokens) - len(matched)
         if need > cache.available:
             cache.release(matched)
@@ -161,6 +174,8 @@ class Engine:
                                 "a lower max_tokens", refused=True)
             return False
         seq.blocks = blocks
+        if self.states is not None:
+            seq.state = self.states.take()[0]
         seq.computed = len(matched) * cache.block_size
         seq.parent_cid, seq.registered = cid, len(matched)
         if not seq.counted_prompt:
@@ -177,6 +192,7 @@ class Engine:
         log.info("request %s (background) yields its lane; it will replay", seq.request.id)
         self.scheduler.requeue(seq)
         self.cache.release(seq.blocks)
+        self._give_state(seq)
         seq.preempt()
         self.counters.preemptions_total += 1
 
@@ -218,7 +234,7 @@ class Engine:
         prompt, lim = seq.request.prompt, self.limits
         start = seq.computed
         end = min(len(prompt), start + (lim.background_chunk if seq.background else lim.prefill_chunk))
-        seg = self.backend.segment(seq.blocks, start, end - start)
+        seg = self._segment(seq, start, end - start)
         logits, drawn = self._forward(prompt[start:end], [seg], [end - start - 1], lambda: [(seq, seq.generated)])
         seq.computed = end
         self._register(seq)
@@ -244,12 +260,21 @@ class Engine:
         first differing draw (or the one after the last draft) ends the row's run.
         """
         feeds = [[s.generated[-1], *self._drafts(s)] for s in seqs]
-        tokens = [t for feed in feeds for t in feed]
-        segments = [self.backend.segment(s.blocks, s.computed, len(f)) for s, f in zip(seqs, feeds)]
-        logits, drawn = self._forward(tokens, segments, list(range(len(tokens))), lambda: [
-            (s, s.generated + f[1:j + 1]) for s, f in zip(seqs, feeds) for j in range(len(f))])
+        scratch: list[list[int]] = [[] for _ in seqs]
+        if self.states is not None:     # a drafted row's state goes to a scratch slot: drafts as slots allow
+            scratch = [self.states.take(len(f) - 1) for f in feeds]
+            feeds = [f[:1 + len(sc)] for f, sc in zip(feeds, scratch)]
+        try:
+            tokens = [t for feed in feeds for t in feed]
+            segments = [self._segment(s, s.computed, len(f), [s.state, *sc]) for s, f, sc in zip(seqs, feeds, scratch)]
+            logits, drawn = self._forward(tokens, segments, list(range(len(tokens))), lambda: [
+                (s, s.generated + f[1:j + 1]) for s, f in zip(seqs, feeds) for j in range(len(f))])
+        except Exception:
+            if self.states is not None:
+                self.states.give([slot for sc in scratch for slot in sc])
+            raise
         out, row = [], 0
-        for seq, feed in zip(seqs, feeds):
+        for seq, feed, sc in zip(seqs, feeds, scratch):
             drafts, reply, taken = feed[1:], list(seq.generated), []
             for j in range(len(feed)):
                 token = self._draw(seq, reply, logits[row + j], drawn[row + j])
@@ -259,6 +284,10 @@ class Engine:
                     break
             row += len(feed)
             seq.computed += len(taken)        # the fed token and the kept drafts hold valid KV
+            if self.states is not None:       # the state after the last kept row is the sequence's
+                keep = [seq.state, *sc][len(taken) - 1]
+                self.states.give([slot for slot in [seq.state, *sc] if slot != keep])
+                seq.state = keep
             if drafts and not seq.replaying:
                 seq.drafted += len(drafts)
                 seq.accepted_drafts += len(taken) - 1
@@ -267,6 +296,19 @@ class Engine:
                 seq.adapt_draft(len(drafts), len(taken) - 1, self.limits.max_draft)
             out.append((seq, taken))
         return out
+
+    def _segment(self, seq: Sequence, start: int, rows: int, dst: list[int] | None = None) -> Any:
+        """The backend's segment for `rows` positions of `seq` from `start`; for a hybrid,
+        with the state slots its rows read and write (by default its own slot, in place)."""
+        if self.states is None:
+            return self.backend.segment(seq.blocks, start, rows)
+        return self.backend.segment(seq.blocks, start, rows, FRESH if start == 0 else seq.state,
+                                    dst or [seq.state] * rows)
+
+    def _give_state(self, seq: Sequence) -> None:
+        if self.states is not None and seq.state != FRESH:
+            self.states.give([seq.state])
+            seq.state = FRESH
 
     def _forward(self, tokens: list[int], segments: list[Any], out_rows: list[int],
                  rows: Callable[[], list[tuple[Sequence, list[int]]]]) -> tuple[Any, list[int | None]]:
@@ -339,6 +381,7 @@ class Engine:
         if seq.blocks:
             self.cache.release(seq.blocks)
             seq.blocks = []
+        self._give_state(seq)
         seq.done = True
         self.drafter.finish(seq.request.id)
         self._sync_counts()

@@ -25,6 +25,7 @@ class Sequence:
     generated: list[int] = field(default_factory=list)
     blocks: list[int] = field(default_factory=list)   # KV block table while admitted
     computed: int = 0                    # positions whose KV is in the pool
+    state: int = -1                      # a hybrid's state slot while admitted (engine/states.py)
     cached_tokens: int = 0               # prompt positions found in the prefix cache
     parent_cid: int = ROOT               # content id of the last registered block
     registered: int = 0                  # leading blocks registered in the prefix cache

@@ -34,17 +34,29 @@ class Weight(C.Structure):
                 ("q", C.c_void_p), ("s", C.c_void_p), ("bias", C.c_void_p)]
 
 
+ATTENTION, DELTANET = 0, 1        # a layer's kind (TF_ATTENTION, TF_DELTANET)
+
+
 class Layer(C.Structure):
     _fields_ = [(name, Weight) for name in ("q", "k", "v", "o", "gate", "up", "down")] + [
                 ("attn_norm", C.c_void_p), ("mlp_norm", C.c_void_p),
-                ("q_norm", C.c_void_p), ("k_norm", C.c_void_p)]
+                ("q_norm", C.c_void_p), ("k_norm", C.c_void_p),
+                ("kind", C.c_int32), ("slot", C.c_int32)] + [
+                (name, Weight) for name in ("qgate", "z", "b", "a")] + [
+                (name, C.c_void_p) for name in ("conv", "dt_bias", "decay_a", "gnorm")]
+
+
+class DeltaNet(C.Structure):
+    _fields_ = [(name, C.c_int32) for name in ("k_heads", "v_heads", "k_dim", "v_dim", "conv_k")] + [
+                ("state", C.c_void_p), ("slot_stride", C.c_int64)]
 
 
 class Model(C.Structure):
     _fields_ = [(name, C.c_int32) for name in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn",
                                                  "vocab", "max_pos", "block_size", "threads")] + [
         ("eps", C.c_float), ("layer", C.POINTER(Layer)), ("embed", Weight), ("head", Weight),
-        ("norm", C.c_void_p), ("cos", C.c_void_p), ("sin", C.c_void_p), ("kv", C.c_void_p),
+        ("norm", C.c_void_p), ("cos", C.c_void_p), ("sin", C.c_void_p), ("rot_dim", C.c_int32),
+        ("dn", DeltaNet), ("kv", C.c_void_p),
         ("block_stride", C.c_int64), ("kv_stride", C.c_int64),
         ("ranks", C.c_int32), ("rank", C.c_int32), ("kv_split", C.c_int32 * (MAX_RANKS + 1)),
         ("hidden_split", C.c_int32 * (MAX_RANKS + 1)), ("ffn_split", C.c_int32 * (MAX_RANKS + 1)),
@@ -52,7 +64,8 @@ class Model(C.Structure):
 
 
 _SIGNATURES = {
-    "tf_forward": (C.c_int, [C.POINTER(Model), _i32p, C.c_int, _i32p, _i32p, _i32p, _i32p, C.c_int, _f32p]),
+    "tf_forward": (C.c_int, [C.POINTER(Model), _i32p, C.c_int, _i32p, _i32p, _i32p, _i32p, C.c_int, _f32p,
+                             _i32p, _i32p]),
     "tf_linear": (C.c_int, [C.POINTER(Weight), _f32p, C.c_int, _f32p]),
     "tf_kpack": (None, [C.c_int, C.c_void_p, C.c_int, C.c_int, C.c_void_p, C.c_void_p]),
     "tf_bpack": (None, [C.c_int, C.c_int, C.c_int, C.c_int, C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p,

@@ -1,10 +1,12 @@
-"""The CPU model on the native kernels: Llama-family weights kept quantized.
+"""The CPU model on the native kernels: Llama-family and Qwen3.5 hybrid weights
+kept quantized.
 
 A GGUF's weights load in their own formats, repacked losslessly (quant.py);
 a safetensors checkpoint's matmul weights are quantized at load to the
 format the user picks (--weights).  Norms, biases and rope tables stay fp32.
 The KV cache is fp16 in one anonymous memory map: the operating system
-backs a block with memory only once a sequence writes it.
+backs a block with memory only once a sequence writes it.  A hybrid's
+deltanet states live in slots of another such map (tf_kernels.h).
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ from ..backends.torch.models.llama import ModelArgs, inverse_frequencies
 from ..checkpoints.errors import CheckpointError
 from ..checkpoints.files import gguf_file, iter_safetensors
 from . import lib, quant
+from .hybrid import HybridArgs, hf_weights
 from .shard import Shard, take_bias, take_rows
 
 log = logging.getLogger(__name__)
 
 _HEAD = "tensorfold.head"     # the logits head: lm_head, the tied embedding, or this rank's rows of either
-_PARTS = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
-          "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
+_MLP = {"gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
+_PARTS = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj", **_MLP}
+_DELTANET = {"q": "linear_attn.in_proj_qkv", "z": "linear_attn.in_proj_z", "b": "linear_attn.in_proj_b",
+             "a": "linear_attn.in_proj_a", "o": "linear_attn.out_proj", **_MLP}
 
 
 def _load_gguf(path: Path) -> dict[str, quant.Packed | np.ndarray]:
@@ -46,10 +51,13 @@ def _load_gguf(path: Path) -> dict[str, quant.Packed | np.ndarray]:
     return out
 
 
-def _load_safetensors(folder: Path, kind: str) -> dict[str, quant.Packed | np.ndarray]:
+def _load_safetensors(folder: Path, kind: str, args: ModelArgs, hybrid: HybridArgs | None
+                      ) -> dict[str, quant.Packed | np.ndarray]:
     out: dict[str, quant.Packed | np.ndarray] = {}
-    for name, tensor in iter_safetensors(folder):
-        array = tensor.to(torch.float32).numpy()
+    tensors = ((name, tensor.to(torch.float32).numpy()) for name, tensor in iter_safetensors(folder))
+    if hybrid is not None:
+        tensors = hf_weights(tensors, args.heads, args.head_dim)
+    for name, array in tensors:
         if array.ndim == 2:
             if array.shape[1] % 32:
                 raise CheckpointError(f"{name}: {array.shape[1]} inputs is not a multiple of 32; "
@@ -64,14 +72,19 @@ class NativeModel:
     """Weights, the C structures that point at them, and the KV map."""
 
     def __init__(self, folder: Path, args: ModelArgs, weights: str = quant.DEFAULT_FLOAT_KIND,
-                 shard: Shard | None = None) -> None:
+                 shard: Shard | None = None, hybrid: HybridArgs | None = None) -> None:
         self.lib = lib.load()
         if weights not in quant.FLOAT_KINDS:
             raise CheckpointError(f"--weights {weights!r}: use one of {', '.join(quant.FLOAT_KINDS)}")
         source = gguf_file(folder)
+        if source and hybrid is not None:
+            raise CheckpointError(f"{source.name}: a Qwen3.5 hybrid loads from its safetensors folder on the CPU "
+                                  "engine for now, not from GGUF")
         self.source = "gguf" if source else weights
-        w = _load_gguf(source) if source else _load_safetensors(folder, weights)
+        w = _load_gguf(source) if source else _load_safetensors(folder, weights, args, hybrid)
         self.args = args
+        self.hybrid = hybrid
+        self.kinds = hybrid.kinds if hybrid else (lib.ATTENTION,) * args.layers
         self.shard = shard
         self._keep: list[object] = []
         a = args
@@ -82,16 +95,23 @@ class NativeModel:
         arrays = {id(v): v for v in w.values()}.values()        # a tied head once
         self.weight_bytes = sum(quant.nbytes(v) if isinstance(v, quant.Packed) else v.nbytes for v in arrays)
         layers = (lib.Layer * a.layers)()
-        for i in range(a.layers):
+        for i, kind in enumerate(self.kinds):
             p = f"model.layers.{i}."
             L = layers[i]
-            for field, part in _PARTS.items():
+            L.kind, L.slot = kind, self.kinds[:i].count(kind)
+            for field, part in (_DELTANET if kind == lib.DELTANET else _PARTS).items():
                 setattr(L, field, self._weight(w, p + part + ".weight", w.get(p + part + ".bias")))
             L.attn_norm = self._f32(w[p + "input_layernorm.weight"])
             L.mlp_norm = self._f32(w[p + "post_attention_layernorm.weight"])
             if p + "self_attn.q_norm.weight" in w:
                 L.q_norm = self._f32(w[p + "self_attn.q_norm.weight"])
                 L.k_norm = self._f32(w[p + "self_attn.k_norm.weight"])
+            if p + "self_attn.q_gate.weight" in w:
+                L.qgate = self._weight(w, p + "self_attn.q_gate.weight")
+            if kind == lib.DELTANET:
+                d = p + "linear_attn."
+                L.conv, L.dt_bias = self._f32(w[d + "conv1d.weight"]), self._f32(w[d + "dt_bias"])
+                L.decay_a, L.gnorm = self._f32(w[d + "decay_a"]), self._f32(w[d + "norm.weight"])
         self._keep.append(layers)
         m = self.struct = lib.Model()
         m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim = a.layers, a.hidden_size, a.heads, a.kv_heads, a.head_dim
@@ -107,8 +127,17 @@ class NativeModel:
         m.embed = self._weight(w, "model.embed_tokens.weight")
         m.head = self._weight(w, _HEAD)
         m.norm = self._f32(w["model.norm.weight"])
-        cos, sin = rope_tables(inverse_frequencies(a), a.max_positions)
+        m.rot_dim = hybrid.rot_dim if hybrid else a.head_dim
+        inv = inverse_frequencies(a) if m.rot_dim == a.head_dim else 1.0 / (
+            a.rope_theta ** (torch.arange(0, m.rot_dim, 2, dtype=torch.float64) / m.rot_dim))
+        cos, sin = rope_tables(inv, a.max_positions)
         m.cos, m.sin = self._f32(cos.numpy()), self._f32(sin.numpy())
+        if hybrid is not None:
+            d = m.dn
+            d.k_heads, d.v_heads, d.k_dim, d.v_dim = hybrid.k_heads, hybrid.v_heads, hybrid.k_dim, hybrid.v_dim
+            d.conv_k, d.slot_stride = hybrid.conv_k, hybrid.state_floats
+        self._state: mmap.mmap | None = None
+        self.state_slots = 0
         if a.head_dim % 8:
             raise CheckpointError(f"head_dim {a.head_dim}: the CPU engine takes a multiple of 8")
         if m.embed.n != a.vocab_size or m.head.n != m.vocab:
@@ -130,11 +159,15 @@ class NativeModel:
                           self._f32(bias) if bias is not None else None)
 
     # -- KV ------------------------------------------------------------------------
+    @property
+    def attention_layers(self) -> int:
+        return self.kinds.count(lib.ATTENTION)
+
     def kv_bytes_per_token(self, every_rank: bool = False) -> int:
-        """fp16 keys and values of one position: this rank's kv heads, or with `every_rank`
-        the whole model's."""
+        """fp16 keys and values of one position in every attention layer: this rank's kv
+        heads, or with `every_rank` the whole model's."""
         a = self.args
-        return 2 * a.layers * (a.kv_heads if every_rank else self.struct.kv_heads) * a.head_dim * 2
+        return 2 * self.attention_layers * (a.kv_heads if every_rank else self.struct.kv_heads) * a.head_dim * 2
 
     def allocate_kv(self, num_blocks: int, block_size: int) -> None:
         """A KV map of `num_blocks` blocks, laid out layer by layer (tf_kernels.h): each
@@ -150,7 +183,7 @@ class NativeModel:
             self._kv_view = None
             self._kv.close()
         # private anonymous memory: the system backs a page when a sequence first writes it
-        self._kv = mmap.mmap(-1, max(1, 2 * a.layers * num_blocks * block * 2),
+        self._kv = mmap.mmap(-1, max(1, 2 * self.attention_layers * num_blocks * block * 2),
                              flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self._kv_view = (C.c_char * len(self._kv)).from_buffer(self._kv)
         self.struct.kv = C.addressof(self._kv_view)
@@ -172,20 +205,46 @@ class NativeModel:
             else:
                 runs.append([b, b + 1])
         for first, end in runs:
-            for half in range(2 * self.args.layers):
+            for half in range(2 * self.attention_layers):
                 self._kv.madvise(mmap.MADV_DONTNEED, half * region + first * size, (end - first) * size)
+
+    # -- deltanet states -------------------------------------------------------------
+    def state_bytes(self) -> int:
+        """One sequence's deltanet state (a slot); 0 for a model without deltanet layers."""
+        return 4 * self.hybrid.state_floats if self.hybrid and self.hybrid.deltanet_layers else 0
+
+    def allocate_state(self, slots: int) -> None:
+        """`slots` state slots in an anonymous map (backed as written)."""
+        if self._state is not None:
+            self.struct.dn.state = None
+            self._state_view = None
+            self._state.close()
+        self._state = mmap.mmap(-1, max(1, slots * self.state_bytes()), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self._state_view = (C.c_char * len(self._state)).from_buffer(self._state)
+        self.struct.dn.state = C.addressof(self._state_view)
+        self.state_slots = slots
+
+    def trim_state(self) -> None:
+        """Give every slot's pages back to the system (they read as zeros until written)."""
+        if self._state is not None and len(self._state) >= mmap.PAGESIZE:
+            self._state.madvise(mmap.MADV_DONTNEED, 0, len(self._state) // mmap.PAGESIZE * mmap.PAGESIZE)
 
     # -- forward -------------------------------------------------------------------
     def forward(self, tokens: np.ndarray, pos: np.ndarray, tab_off: np.ndarray, tables: np.ndarray,
-                out_rows: np.ndarray) -> torch.Tensor:
-        """int32 arrays in; fp32 logits [len(out_rows), vocab] out."""
+                out_rows: np.ndarray, state_src: np.ndarray | None = None,
+                state_dst: np.ndarray | None = None) -> torch.Tensor:
+        """int32 arrays in; fp32 logits [len(out_rows), vocab] out.  A hybrid's rows also
+        name the state slots they read and write (tf_kernels.h)."""
         if self._kv is None:
             raise RuntimeError("allocate_kv first")
+        if self.state_bytes() and (state_src is None or self._state is None):
+            raise RuntimeError("a hybrid's forward needs allocate_state and each row's state slots")
         logits = torch.empty((len(out_rows), self.struct.vocab), dtype=torch.float32)
         i32 = C.c_int32
+        states = (lib.ptr(state_src, i32), lib.ptr(state_dst, i32)) if state_src is not None else (None, None)
         rc = self.lib.tf_forward(C.byref(self.struct), lib.ptr(tokens, i32), len(tokens), lib.ptr(pos, i32),
                                  lib.ptr(tab_off, i32), lib.ptr(tables, i32), lib.ptr(out_rows, i32),
-                                 len(out_rows), lib.ptr(logits))
+                                 len(out_rows), lib.ptr(logits), *states)
         if rc == -2:
             raise RanksFailed("a rank did not take part in a gather")
         if rc != 0:

@@ -13,6 +13,7 @@ from ..backends.rows import Segment, check_rows
 from ..backends.torch.models.llama import ModelArgs
 from ..backends.torch.runner import UnsupportedModel
 from ..checkpoints.files import read_config
+from . import hybrid as qwen35
 from . import lib
 from . import quant
 from .model import NativeModel
@@ -20,7 +21,8 @@ from .shard import Shard
 
 log = logging.getLogger(__name__)
 
-ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM")
+ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM",
+                 *qwen35.ARCHITECTURES)
 
 
 class NativeRunner:
@@ -29,19 +31,23 @@ class NativeRunner:
 
     def __init__(self, folder: Path, weights: str = "auto", threads: int | None = None, rank: int = 0,
                  ranks: int = 1) -> None:
-        config = read_config(folder)
+        config = qwen35.text_config(read_config(folder))
         arch = (config.get("architectures") or ["?"])[0]
         if arch not in ARCHITECTURES:
             raise UnsupportedModel(f"{folder}: architecture {arch} is not supported on the CPU "
                                    f"(supported: {', '.join(sorted(ARCHITECTURES))})")
         self.args = ModelArgs.from_config(config)
+        hybrid = qwen35.HybridArgs.from_config(config) if arch in qwen35.ARCHITECTURES else None
+        if hybrid is not None and ranks > 1:
+            raise UnsupportedModel(f"{folder}: --ranks takes Llama-family models; a Qwen3.5 hybrid runs on one rank")
         self.threads = threads or default_threads()
         lib.ensure_threads(self.threads)
         a = self.args
         shard = None if ranks == 1 else Shard.plan(rank, ranks, heads=a.heads, kv_heads=a.kv_heads,
                                                     head_dim=a.head_dim, hidden=a.hidden_size,
                                                     ffn=a.intermediate_size, vocab=a.vocab_size)
-        self.model = NativeModel(folder, a, quant.DEFAULT_FLOAT_KIND if weights == "auto" else weights, shard)
+        self.model = NativeModel(folder, a, quant.DEFAULT_FLOAT_KIND if weights == "auto" else weights, shard,
+                                 hybrid)
         self.model.struct.threads = self.threads
         self.vocab_size = self.args.vocab_size
         self.max_positions = self.args.max_positions
@@ -65,8 +71,21 @@ class NativeRunner:
         """Give the pages of these unused blocks back to the system."""
         self.model.trim_kv(blocks)
 
-    def segment(self, blocks: list[int], start: int, rows: int) -> Segment:
-        return Segment(list(blocks), start, rows)
+    def segment(self, blocks: list[int], start: int, rows: int, src: int = -1, dst: list[int] | None = None
+                ) -> Segment:
+        return Segment(list(blocks), start, rows, src, dst)
+
+    # -- a hybrid's deltanet states (engine/states.py) -------------------------------------
+    def state_bytes(self) -> int:
+        return self.model.state_bytes()
+
+    def allocate_state(self, slots: int) -> None:
+        self.model.allocate_state(slots)
+        log.info("deltanet states: %d slots of %.1f MiB (backed as written)", slots, self.state_bytes() / 2**20)
+
+    def trim_state(self) -> None:
+        """Every slot is free: give their pages back to the system."""
+        self.model.trim_state()
 
     def free_memory(self) -> int:
         return host_budget()
@@ -74,7 +93,23 @@ class NativeRunner:
     def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> torch.Tensor:
         """Run `tokens` (segments' rows, in order); fp32 logits [len(out_rows), vocab] (on
         one of several ranks, its own vocabulary columns)."""
-        return self.model.forward(*self.rows(tokens, segments, out_rows))
+        return self.model.forward(*self.rows(tokens, segments, out_rows), *self.states(segments))
+
+    def states(self, segments: list[Segment]) -> tuple[np.ndarray, np.ndarray] | tuple[()]:
+        """Each row's source and destination state slots (a hybrid's), checked; row j > 0 of a
+        segment reads what row j - 1 wrote."""
+        if not self.state_bytes():
+            return ()
+        src, dst = [], []
+        for seg in segments:
+            after = seg.dst or []
+            if len(after) != seg.rows or not all(0 <= s < self.model.state_slots for s in after) or \
+                    not -1 <= seg.src < self.model.state_slots or (seg.src == -1) != (seg.start == 0):
+                raise ValueError("a hybrid's segment needs a state slot for each row, and a source slot "
+                                 "unless it starts at position 0")
+            src += [seg.src, *after[:-1]]
+            dst += after
+        return np.asarray(src, np.int32), np.asarray(dst, np.int32)
 
     def rows(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> Rows:
         """A forward's int32 arrays (tokens, pos, tab_off, tables, out_rows), checked."""

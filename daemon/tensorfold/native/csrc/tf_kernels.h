@@ -75,12 +75,41 @@ typedef struct {
 } tf_weight;
 
 /* q, k, v (and gate, up) run as one call: their outputs side by side, each
- * part in its own format (a Q4_K_M file mixes Q4_K and Q6_K in one layer). */
+ * part in its own format (a Q4_K_M file mixes Q4_K and Q6_K in one layer).
+ *
+ * A layer mixes its tokens by attention (TF_ATTENTION) or by a Gated DeltaNet
+ * (TF_DELTANET, the Qwen3.5 hybrids' linear attention):
+ *   attention  q, k, v, o as in Llama; with `qgate` (Qwen3.5's gated attention) the
+ *              output is multiplied by sigmoid(qgate . x) before o.
+ *   deltanet   q = in_qkv, z, b, a the input projections (in_qkv: the conv_dim
+ *              channels of q, k and v), o the output projection; `conv` the causal
+ *              depthwise conv [conv_dim][conv_k]; `dt_bias` and `decay_a` (-exp(A_log))
+ *              per value head; `gnorm` the gated RMSNorm weight [v_dim].
+ * `slot`: the layer's index among the model's layers of its kind (its KV layer, or its
+ * part of a state slot). */
+enum { TF_ATTENTION = 0, TF_DELTANET = 1 };
+
 typedef struct {
     tf_weight q, k, v, o, gate, up, down;
     const float *attn_norm, *mlp_norm;
     const float *q_norm, *k_norm;       /* per-head norms (Qwen3) or NULL */
+    int32_t kind, slot;
+    tf_weight qgate, z, b, a;           /* qgate: gated attention, else fmt 0; z, b, a: deltanet */
+    const float *conv, *dt_bias, *decay_a, *gnorm;
 } tf_layer;
+
+/* The deltanet layers' sizes, and their per-sequence state.  A state slot holds, for
+ * each deltanet layer in order, the conv inputs of the last conv_k - 1 positions
+ * [conv_k - 1][conv_dim] and the delta-rule matrices [v_heads][k_dim][v_dim], fp32:
+ * slot s at state + s * slot_stride.  Row r of a forward reads the state its sequence
+ * had before it from slot state_src[r] (-1: the zero state of a fresh sequence) and
+ * leaves the state after it in slot state_dst[r] (the same slot to update in place);
+ * a sequence's rows run in order, so row r + 1 reads what row r wrote. */
+typedef struct {
+    int32_t k_heads, v_heads, k_dim, v_dim, conv_k;
+    float *state;
+    int64_t slot_stride;                /* floats */
+} tf_deltanet;
 
 typedef struct {
     int32_t layers, hidden, heads, kv_heads, head_dim, ffn, vocab, max_pos, block_size;
@@ -89,7 +118,9 @@ typedef struct {
     const tf_layer *layer;
     tf_weight embed, head;
     const float *norm;
-    const float *cos, *sin;             /* [max_pos, head_dim], rotate-half layout */
+    const float *cos, *sin;             /* [max_pos, rot_dim], rotate-half layout */
+    int32_t rot_dim;                    /* the leading dims of a head that rope turns (head_dim, or less) */
+    tf_deltanet dn;
     /* fp16 KV, layer by layer: layer l's keys of blocks 0, 1, ... at kv + 2*l*kv_stride
      * (block b's [kv_heads, head_dim, B] b*block_stride further), then its values at
      * kv + (2*l + 1)*kv_stride (block b's [kv_heads, B, head_dim]).  A sequence's

@@ -1,6 +1,8 @@
-/* The Llama-family forward (Llama, SmolLM2, Qwen2/2.5, Qwen3) over the paged
- * fp16 KV cache: a dozen steps per layer, each split among the pool's threads
- * by output (rows, columns or (row, kv head) pairs), never by reduction. */
+/* The forward of the Llama family (Llama, SmolLM2, Qwen2/2.5, Qwen3) and of the
+ * Qwen3.5 hybrids (gated attention and Gated DeltaNet layers) over the paged fp16
+ * KV cache and the deltanet state slots: a dozen steps per layer, each split
+ * among the pool's threads by output (rows, columns, heads or (row, kv head)
+ * pairs), never by reduction. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,20 +132,21 @@ int tf_linear(const tf_weight *w, const float *x, int rows, float *y) {
 typedef struct {
     const tf_model *m;
     const tf_layer *L;
-    int layer, rows;
+    int rows;
     const int32_t *tokens, *pos, *tab_off, *tables, *out_rows;
     float *x, *h, *qkv, *att, *gu, *act;
+    int qkv_width;                  /* this layer's q (, gate), k, v outputs per row */
     float *act_own;                 /* where S_SILU writes: act, or this rank's part to send */
     tf_attn at;
     int step, threads;
 } fwd;
 
-enum { S_EMBED, S_ATTN_NORM, S_QK, S_MLP_NORM, S_SILU, S_FINAL_NORM };
+enum { S_EMBED, S_ATTN_NORM, S_QK, S_GATE, S_MLP_NORM, S_SILU, S_FINAL_NORM };
 
 static void row_step(fwd *f, int64_t r) {
     const tf_model *m = f->m;
     int E = m->hidden, D = m->head_dim, H = m->heads, KV = m->kv_heads, F = m->ffn;
-    int QKV = (H + 2 * KV) * D;
+    int QKV = f->qkv_width, G = f->L && f->L->qgate.fmt ? H * D : 0;      /* G: the gate's width */
     switch (f->step) {
     case S_EMBED:
         tf_dequant_row(&m->embed, f->tokens[r], f->x + r * E);
@@ -160,21 +163,27 @@ static void row_step(fwd *f, int64_t r) {
     case S_SILU:
         tf_silu_mul(f->gu + r * 2 * F, f->gu + r * 2 * F + F, f->act_own + r * F, F);
         break;
+    case S_GATE: {                                  /* gated attention: out * sigmoid(gate) */
+        float *o = f->att + r * H * D;
+        const float *g = f->qkv + r * QKV + H * D;
+        for (int i = 0; i < H * D; i++) o[i] = o[i] * (1.0f / (tf_exp(-g[i]) + 1.0f));
+        break;
+    }
     case S_QK: {
-        float *q = f->qkv + r * QKV, *k = q + H * D, *v = k + KV * D;
-        int p = f->pos[r];
-        const float *c = m->cos + (int64_t)p * D, *s = m->sin + (int64_t)p * D;
+        float *q = f->qkv + r * QKV, *k = q + H * D + G, *v = k + KV * D;
+        int p = f->pos[r], RD = m->rot_dim;
+        const float *c = m->cos + (int64_t)p * RD, *s = m->sin + (int64_t)p * RD;
         float scale = (float)(1.0 / sqrt((double)D));
         for (int hh = 0; hh < H + KV; hh++) {
-            float *x = q + hh * D;                  /* q heads, then k heads */
+            float *x = hh < H ? q + hh * D : k + (hh - H) * D;      /* q heads, then k heads */
             if (f->L->q_norm) tf_rms_norm(x, hh < H ? f->L->q_norm : f->L->k_norm, m->eps, D, x);
-            tf_rope(x, c, s, D);
+            tf_rope(x, c, s, RD);
             if (hh < H)
                 for (int i = 0; i < D; i++) x[i] = x[i] * scale;
         }
         int B = m->block_size, at = p % B;
         int64_t blk = (int64_t)f->tables[f->tab_off[r] + p / B] * m->block_stride;
-        uint16_t *kd = m->kv + 2 * f->layer * m->kv_stride + blk, *vd = kd + m->kv_stride, h[8];
+        uint16_t *kd = m->kv + 2 * f->L->slot * m->kv_stride + blk, *vd = kd + m->kv_stride, h[8];
         for (int hh = 0; hh < KV; hh++) {
             for (int i = 0; i < D; i += 8) {                        /* keys by dimension */
                 tf_f2h_row(k + hh * D + i, h, 8);
@@ -267,22 +276,45 @@ static int64_t most_sent(const tf_model *m, int64_t rows) {
 
 /* ---------------------------------------------------------------- forward */
 
-/* 0: done; -1: out of memory; -2: a gather failed (the ranks are out of step) */
+/* The widths of the model's widest layer of each kind: a row's q (, gate), k, v
+ * outputs (attention) or in_qkv, z, b, a outputs (deltanet), and its mixer's output. */
+static void layer_widths(const tf_model *m, int *lin, int *mixed) {
+    const tf_deltanet *d = &m->dn;
+    int D = m->head_dim, H = m->heads, KV = m->kv_heads;
+    *lin = 0, *mixed = 0;
+    for (int l = 0; l < m->layers; l++) {
+        const tf_layer *L = &m->layer[l];
+        if (L->kind == TF_DELTANET) {
+            int cd = 2 * d->k_heads * d->k_dim + d->v_heads * d->v_dim, vd = d->v_heads * d->v_dim;
+            *lin = MAX(*lin, cd + vd + 2 * d->v_heads);
+            *mixed = MAX(*mixed, vd);
+        } else {
+            *lin = MAX(*lin, (H * (L->qgate.fmt ? 2 : 1) + 2 * KV) * D);
+            *mixed = MAX(*mixed, H * D);
+        }
+    }
+}
+
+/* 0: done; -1: out of memory (or sizes the kernels do not take); -2: a gather failed
+ * (the ranks are out of step).  state_src/state_dst: each row's deltanet state slots
+ * (tf_deltanet; NULL for a model without deltanet layers). */
 int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t *pos, const int32_t *tab_off,
-               const int32_t *tables, const int32_t *out_rows, int n_out, float *logits) {
+               const int32_t *tables, const int32_t *out_rows, int n_out, float *logits,
+               const int32_t *state_src, const int32_t *state_dst) {
     int E = m->hidden, D = m->head_dim, H = m->heads, KV = m->kv_heads, F = m->ffn;
-    int QKV = (H + 2 * KV) * D, split = m->ranks > 1;
+    int QKV, MIX, split = m->ranks > 1;
+    layer_widths(m, &QKV, &MIX);
     int HW = split ? m->kv_split[m->ranks] * (H / KV) : H;          /* the whole model's q heads */
     int FW = split ? m->ffn_split[m->ranks] : F;
     int64_t R = MAX(rows, n_out);
-    int maxk = MAX(MAX(E, HW * D), FW);
+    int maxk = MAX(MAX(MAX(E, HW * D), FW), MIX);
     int64_t outs = MAX(rows * (int64_t)MAX(MAX(QKV, 2 * F), E), n_out * (int64_t)m->vocab);
-    fwd f = {m, 0, 0, rows, tokens, pos, tab_off, tables, out_rows};
+    fwd f = {m, 0, rows, tokens, pos, tab_off, tables, out_rows};
     f.threads = m->threads;
     f.x = malloc(sizeof(float) * R * E);
     f.h = malloc(sizeof(float) * R * MAX(E, HW * D));
     f.qkv = malloc(sizeof(float) * R * QKV);
-    f.att = malloc(sizeof(float) * R * HW * D);
+    f.att = malloc(sizeof(float) * R * MAX(HW * D, MIX));
     f.gu = malloc(sizeof(float) * R * 2 * F);
     f.act = malloc(sizeof(float) * R * FW);
     rank_bufs b = {0};
@@ -302,23 +334,35 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
         for (int l = 0; l < m->layers && rc == 0; l++) {
             const tf_layer *L = &m->layer[l];
             f.L = L;
-            f.layer = l;
             run_rows(&f, S_ATTN_NORM, rows);
-            const tf_weight *qkv[3] = {&L->q, &L->k, &L->v}, *o = &L->o, *gu[2] = {&L->gate, &L->up};
-            const tf_weight *down = &L->down;
-            linear(qkv, 3, f.h, rows, f.qkv, QKV, 0, &sc, f.threads);
-            run_rows(&f, S_QK, rows);
-            int B = m->block_size;
-            const uint16_t *keys = m->kv + 2 * l * m->kv_stride;
-            tf_attn at = {f.qkv, att_own, rows, H, KV, D, B, QKV, H * D, pos, tab_off, tables,
-                          keys, keys + m->kv_stride, m->block_stride};
-            f.at = at;
-            tf_pool_run(attn_job, &f, f.threads);
-            if (split) {
-                if (join(m, &b, m->kv_split, H / KV * D, rows, f.att, HW * D, 0) ||
-                    residual_split(&f, &b, o, f.att, rows, &sc)) { rc = -2; break; }
-            } else {
+            const tf_weight *o = &L->o, *gu[2] = {&L->gate, &L->up}, *down = &L->down;
+            if (L->kind == TF_DELTANET) {
+                const tf_weight *in[4] = {&L->q, &L->z, &L->b, &L->a};
+                linear(in, 4, f.h, rows, f.qkv, QKV, 0, &sc, f.threads);
+                if (!state_src || tf_deltanet_mix(m, L, f.qkv, QKV, rows, state_src, state_dst, f.att, f.threads)) {
+                    rc = -1;
+                    break;
+                }
                 linear(&o, 1, f.att, rows, f.x, E, 1, &sc, f.threads);
+            } else {
+                const tf_weight *gated[4] = {&L->q, &L->qgate, &L->k, &L->v}, *plain[3] = {&L->q, &L->k, &L->v};
+                f.qkv_width = (H * (L->qgate.fmt ? 2 : 1) + 2 * KV) * D;
+                if (L->qgate.fmt) linear(gated, 4, f.h, rows, f.qkv, f.qkv_width, 0, &sc, f.threads);
+                else linear(plain, 3, f.h, rows, f.qkv, f.qkv_width, 0, &sc, f.threads);
+                run_rows(&f, S_QK, rows);
+                int B = m->block_size;
+                const uint16_t *keys = m->kv + 2 * L->slot * m->kv_stride;
+                tf_attn at = {f.qkv, att_own, rows, H, KV, D, B, f.qkv_width, H * D, pos, tab_off, tables,
+                              keys, keys + m->kv_stride, m->block_stride};
+                f.at = at;
+                tf_pool_run(attn_job, &f, f.threads);
+                if (split) {
+                    if (join(m, &b, m->kv_split, H / KV * D, rows, f.att, HW * D, 0) ||
+                        residual_split(&f, &b, o, f.att, rows, &sc)) { rc = -2; break; }
+                } else {
+                    if (L->qgate.fmt) run_rows(&f, S_GATE, rows);
+                    linear(&o, 1, f.att, rows, f.x, E, 1, &sc, f.threads);
+                }
             }
             run_rows(&f, S_MLP_NORM, rows);
             linear(gu, 2, f.h, rows, f.gu, 2 * F, 0, &sc, f.threads);

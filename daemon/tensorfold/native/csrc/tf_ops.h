@@ -29,4 +29,12 @@ void tf_set_soft_fp16(int soft);      /* 1: fp16 conversions in plain C (tests) 
 int64_t tf_attend_scratch(const tf_attn *t, int pos);
 void tf_attend(const tf_attn *t, int row, int kvh, float *scratch);
 
+/* A Gated DeltaNet layer's token mixing (tf_deltanet.c): lin [rows, lw] holds the rows'
+ * in_qkv, z, b and a outputs side by side; out [rows, v_heads * v_dim] gets the gated,
+ * normed outputs before the output projection.  0, or -1 (no memory, or sizes the
+ * kernels do not take). */
+#include "tf_kernels.h"
+int tf_deltanet_mix(const tf_model *m, const tf_layer *L, const float *lin, int lw, int rows,
+                    const int32_t *src, const int32_t *dst, float *out, int threads);
+
 #endif

@@ -1,0 +1,140 @@
+"""The Qwen3.5 hybrids on the CPU engine: logits against transformers' own
+implementation, and the deltanet state's bits however the positions run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tensorfold.native import lib
+from tests.engine.test_native_kernels import assert_same, poison_kv, use_threads
+
+PROMPT = 70
+BS = 16
+
+
+@pytest.fixture(scope="module")
+def runner(hybrid_model):
+    from tensorfold.native.runner import NativeRunner
+
+    r = NativeRunner(hybrid_model, weights="bf16", threads=1)
+    r.allocate_kv(32, BS)
+    r.allocate_state(8)
+    return r
+
+
+def poison_state(r) -> None:
+    """Every slot NaN: a row that reads a slot nobody wrote shows in its logits."""
+    s = r.model._state
+    s.seek(0)
+    s.write(b"\xff" * len(s))
+
+
+def prefill(r, tokens, table, slot, chunk: int | None = None) -> torch.Tensor:
+    """Positions 0.. of one sequence in chunks, its state updated in place in `slot`."""
+    chunk = chunk or len(tokens)
+    out = []
+    for s in range(0, len(tokens), chunk):
+        part = tokens[s:s + chunk]
+        seg = r.segment(table, s, len(part), -1 if s == 0 else slot, [slot] * len(part))
+        out.append(r.forward(part, [seg], list(range(len(part)))))
+    return torch.cat(out)
+
+
+def test_logits_match_transformers(hybrid_model, runner):
+    """bf16-exact weights kept as bf16: our fp32 arithmetic against transformers' fp32
+    reference (its chunked delta rule sums in another order; the bound is a few ulps of
+    the logits' scale, far below any weight-format error)."""
+    from transformers import Qwen3_5ForCausalLM
+
+    tokens = np.random.default_rng(1).integers(0, runner.vocab_size, 40).tolist()
+    poison_kv(runner)
+    poison_state(runner)
+    ours = prefill(runner, tokens, [0, 1, 2], 0)
+    ref = Qwen3_5ForCausalLM.from_pretrained(hybrid_model, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = ref(torch.tensor([tokens])).logits[0]
+    assert (ours - want).abs().max().item() < 2e-3 * want.abs().max().item()
+    assert torch.equal(ours.argmax(-1), want.argmax(-1))
+
+
+def test_state_bits_the_same_however_run(runner):
+    r = runner
+    rng = np.random.default_rng(4)
+    tokens = rng.integers(0, r.vocab_size, PROMPT).tolist()
+    other = rng.integers(0, r.vocab_size, 45).tolist()
+    A, O = [0, 1, 2, 3, 4], [5, 6, 7]
+    poison_kv(r)
+    poison_state(r)
+    whole = prefill(r, tokens, A, 0)
+    assert torch.isfinite(whole).all()
+    other_alone = prefill(r, other, O, 1)
+
+    for chunk in (1, 7, 16, 33):
+        poison_state(r)
+        assert_same(prefill(r, tokens, A, 3, chunk), whole, f"chunks of {chunk}")
+
+    # batched with an unrelated sequence, in both orders
+    for first in (True, False):
+        poison_state(r)
+        segs = [r.segment(A, 0, PROMPT, -1, [0] * PROMPT), r.segment(O, 0, len(other), -1, [1] * len(other))]
+        toks = tokens + other
+        if not first:
+            segs, toks = segs[::-1], other + tokens
+        both = r.forward(toks, segs, list(range(len(toks))))
+        mine, theirs = (both[:PROMPT], both[PROMPT:]) if first else (both[len(other):], both[:len(other)])
+        assert_same(mine, whole, f"batched with another sequence (first={first})")
+        assert_same(theirs, other_alone, f"the other sequence (first={first})")
+
+    # verify rows: each row's state in its own slot; resume from the slot of a kept row
+    poison_state(r)
+    head = prefill(r, tokens[:40], A, 2)
+    rows = r.forward(tokens[40:45], [r.segment(A, 40, 5, 2, [2, 4, 5, 6, 7])], list(range(5)))
+    assert_same(torch.cat([head, rows]), whole[:45], "verify rows in scratch slots")
+    # keep three of the five rows (state in slot 5), then go on from there
+    rest = r.forward(tokens[43:], [r.segment(A, 43, PROMPT - 43, 5, [5] * (PROMPT - 43))],
+                     list(range(PROMPT - 43)))
+    assert_same(rest, whole[43:], "resumed from the slot after the last kept row")
+
+    # decode one row at a time, batched with the other sequence's decode
+    poison_state(r)
+    head = prefill(r, tokens[:40], A, 0)
+    prefill(r, other[:15], O, 1)
+    out = [head]
+    for p in range(40, PROMPT):
+        q = p - 25
+        step = r.forward([tokens[p], other[q]], [r.segment(A, p, 1, 0, [0]), r.segment(O, q, 1, 1, [1])], [0, 1])
+        out.append(step[:1])
+        assert_same(step[1:], other_alone[q:q + 1], f"the other sequence's decode at {q}")
+    assert_same(torch.cat(out), whole, "prefill 40 then decode")
+
+    use_threads(3)
+    for n in (2, 3):
+        r.model.struct.threads = n
+        assert_same(prefill(r, tokens, A, 0), whole, f"{n} threads")
+        assert_same(prefill(r, tokens, A, 0, 7), whole, f"{n} threads, chunks of 7")
+    r.model.struct.threads = 1
+    for isa in range(lib.load().tf_best_isa() + 1):
+        if isa != 3:
+            assert lib.load().tf_set_isa(isa) == isa
+            assert_same(prefill(r, tokens, A, 0), whole, f"ISA {isa}")
+    lib.load().tf_set_isa(-1)
+
+
+def test_segments_name_their_state_slots(runner):
+    r = runner
+    with pytest.raises(ValueError, match="state slot"):
+        r.forward([1, 2], [r.segment([0], 0, 2)], [1])                       # no slots
+    with pytest.raises(ValueError, match="state slot"):
+        r.forward([1, 2], [r.segment([0], 3, 2, -1, [0, 0])], [1])           # no source past position 0
+    with pytest.raises(ValueError, match="state slot"):
+        r.forward([1, 2], [r.segment([0], 0, 2, -1, [0, 99])], [1])          # outside the pool
+
+
+def test_hybrid_refuses_two_ranks(hybrid_model):
+    from tensorfold.backends.torch.runner import UnsupportedModel
+    from tensorfold.native.runner import NativeRunner
+
+    with pytest.raises(UnsupportedModel, match="one rank"):
+        NativeRunner(hybrid_model, ranks=2, rank=0)
