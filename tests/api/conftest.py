@@ -1,7 +1,8 @@
 """Fixtures for the HTTP-edge tests: real Hypercorn servers on free loopback ports.
 
 `server` is the contract server: its tests hold for any engine, and run once
-per engine (the torch engine, and MLX where mlx imports). Its engine comes
+per engine (the CPU engine on the tiny Llama and on the tiny Qwen3.5 hybrid,
+and MLX where mlx imports). Its engine comes
 from `make_engine()` (the real AsyncEngine on the tiny random checkpoint, or
 the FakeEngine test double). `fake_server` always runs the
 FakeEngine: its tests inspect what reached the engine and inject failures.
@@ -33,7 +34,7 @@ API_KEY = "test-key-123"
 def _engines() -> list[str]:
     from tensorfold.backends.mlx.runner import mlx_missing
 
-    return ["torch"] if mlx_missing() else ["torch", "mlx"]
+    return ["torch", "hybrid"] if mlx_missing() else ["torch", "hybrid", "mlx"]
 
 
 def make_engine(request: pytest.FixtureRequest, engine: str = "torch") -> Any:
@@ -45,7 +46,8 @@ def make_engine(request: pytest.FixtureRequest, engine: str = "torch") -> Any:
     from tensorfold.engine.async_engine import AsyncEngine
 
     config = EngineConfig(engine="mlx") if engine == "mlx" else EngineConfig(dtype="float32", device="cpu")
-    return AsyncEngine(request.getfixturevalue("tiny_model"), config)
+    model = request.getfixturevalue("hybrid_model" if engine == "hybrid" else "tiny_model")
+    return AsyncEngine(model, config)
 
 
 def api_config(limits: Limits | None = None, **overrides: Any) -> ServerConfig:

@@ -1,4 +1,4 @@
-"""The fast subset of `tensorfold exactness`, in-process on the tiny checkpoint: 100% identical."""
+"""The fast subset of `tensorfold exactness`, in-process on the tiny checkpoints: 100% identical."""
 
 from __future__ import annotations
 
@@ -7,14 +7,20 @@ import pytest
 from tensorfold.backends.mlx.runner import mlx_missing
 from tensorfold.cli import main
 
-ENGINES = {"torch": ["--dtype", "float32", "--device", "cpu"], "mlx": ["--engine", "mlx"]}
+ENGINES = {"torch": ["--dtype", "float32", "--device", "cpu"], "mlx": ["--engine", "mlx"],
+           "hybrid": ["--dtype", "float32", "--device", "cpu"]}
 
 
-@pytest.mark.parametrize("engine", ["torch", "mlx"])
-def test_exactness_fast_subset(tiny_model, capsys, engine):
+@pytest.mark.parametrize("engine", ["torch", "mlx", "hybrid"])
+def test_exactness_fast_subset(tiny_model, hybrid_model, capsys, engine):
+    """torch: the CPU engine on the tiny Llama; mlx: the MLX engine on it; hybrid: the CPU
+    engine on the tiny Qwen3.5 hybrid (drafted by the tiny Llama, which shares its
+    tokenizer; one rank only)."""
     if engine == "mlx" and mlx_missing():
         pytest.skip(mlx_missing())
-    code = main(["--log-level", "WARNING", "exactness", "--model", str(tiny_model), *ENGINES[engine],
+    model = ["--model", str(hybrid_model), "--draft-model", str(tiny_model)] if engine == "hybrid" else \
+        ["--model", str(tiny_model)]
+    code = main(["--log-level", "WARNING", "exactness", *model, *ENGINES[engine],
                  "--cases", "21", "--max-tokens", "32", "--preempt-cases", "2"])  # 21: every constraint form
     out = capsys.readouterr().out
     assert code == 0, out

@@ -29,7 +29,7 @@ from .capacity import GiB, KVPlan, plan_kv
 from .drafting.model import DraftModelDrafter
 from .drafting.ngram import NgramDrafter
 from .loop import Engine, EngineLimits
-from .states import state_slots
+from .states import plan_snapshots, state_slots
 from .types import Delta, Request
 
 log = logging.getLogger(__name__)
@@ -100,8 +100,12 @@ class AsyncEngine:
         self.runner = make_runner(folder, config)
         lanes = config.parallel or AUTO_LANES
         budget = int(config.kv_memory * GiB) if config.kv_memory else self.runner.free_memory()
+        snapshots = 0
         if state := getattr(self.runner, "state_bytes", lambda: 0)():    # a hybrid's state slots come first
-            budget -= state_slots(lanes) * state
+            snapshots = plan_snapshots(lanes, state, budget)
+            budget -= state_slots(lanes, snapshots) * state
+            log.info("deltanet states: %d slots of %.2f MiB (%d for prefix snapshots)",
+                     state_slots(lanes, snapshots), state / 2**20, snapshots)
         plan = plan_kv(self.runner.kv_bytes_per_token(), self.runner.max_positions, config.context,
                        lanes, config.block_size, budget)
         self.context_length = plan.context_length
@@ -113,7 +117,7 @@ class AsyncEngine:
         self.core = Engine(self.runner, self.tokenizer, EngineLimits(
             lanes=lanes, num_blocks=plan.num_blocks, block_size=plan.block_size,
             prefill_chunk=config.prefill_chunk, background_chunk=config.background_chunk,
-            decode_share=config.decode_share), drafter=self.drafter)
+            decode_share=config.decode_share, snapshots=snapshots or lanes), drafter=self.drafter)
         # Everything loaded so far lives as long as the server: keep it out of the
         # collector's walks, which otherwise cost a decode round ~10% of its time.
         gc.collect()

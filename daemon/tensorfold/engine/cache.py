@@ -6,12 +6,18 @@ has been computed is registered under its content key (the key of the block
 before it, and its own tokens), so a later sequence whose tokens begin the same
 way reuses it. Blocks no sequence uses stay cached until they are needed,
 evicted least recently used first.
+
+A hybrid model's cached prefix also needs the recurrent state after it: a
+snapshot (a state slot, engine/states.py) kept under the content id of the
+prefix's last block.  For such models a match ends at the longest prefix with
+a snapshot; a snapshot goes when its block is evicted (`on_drop` gets its
+slot back), or to make room.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 ROOT = 0  # the content id before the first block
@@ -34,6 +40,8 @@ class BlockCache:
         self._idle: OrderedDict[int, None] = OrderedDict()   # cached, unused: LRU order
         self._next_cid = ROOT + 1
         self._written: set[int] = set()     # blocks handed out since their pages were last returned
+        self._snaps: OrderedDict[int, int] = OrderedDict()   # content id -> state slot, LRU order
+        self.on_drop: Callable[[int], None] = lambda slot: None
 
     # -- capacity --------------------------------------------------------------------
     def blocks_for(self, positions: int) -> int:
@@ -49,19 +57,27 @@ class BlockCache:
         return self.num_blocks - self.available
 
     # -- prefix matching -------------------------------------------------------------
-    def match(self, tokens: Sequence[int], limit: int) -> tuple[list[int], int]:
-        """The cached blocks that begin `tokens`, at most `limit` of them.
+    def match(self, tokens: Sequence[int], limit: int, snapshots: bool = False) -> tuple[list[int], int]:
+        """The cached blocks that begin `tokens`, at most `limit` of them; with `snapshots`,
+        only as far as the longest such prefix with a state snapshot.
 
         Returns (block ids, content id of the last one). The blocks are taken
         (referenced) by the caller's sequence.
         """
         blocks, cid, B = [], ROOT, self.block_size
+        kept, kept_cid = 0, ROOT
         for i in range(min(limit, len(tokens) // B)):
             block = self._by_key.get((cid, tuple(tokens[i * B:(i + 1) * B])))
             if block is None:
                 break
             blocks.append(block)
             cid = self._meta[block].cid
+            if cid in self._snaps:
+                kept, kept_cid = len(blocks), cid
+        if snapshots:
+            blocks, cid = blocks[:kept], kept_cid
+            if cid in self._snaps:
+                self._snaps.move_to_end(cid)
         for b in blocks:
             self._ref(b)
         return blocks, cid
@@ -77,7 +93,7 @@ class BlockCache:
                 b = self._free.pop()
             else:
                 b, _ = self._idle.popitem(last=False)
-                del self._by_key[self._meta.pop(b).key]
+                self._forget(b)
             self._refs[b] = 1
             self._written.add(b)
             out.append(b)
@@ -128,5 +144,32 @@ class BlockCache:
         """Forget every unused cached block (tests use this for a cold cache)."""
         while self._idle:
             b, _ = self._idle.popitem(last=False)
-            del self._by_key[self._meta.pop(b).key]
+            self._forget(b)
             self._free.append(b)
+
+    def _forget(self, b: int) -> None:
+        meta = self._meta.pop(b)
+        del self._by_key[meta.key]
+        if meta.cid in self._snaps:
+            self.on_drop(self._snaps.pop(meta.cid))
+
+    # -- state snapshots (hybrid models) ----------------------------------------------
+    def snapshot(self, cid: int) -> int | None:
+        """The state slot after the prefix that ends with content id `cid`, if kept."""
+        return self._snaps.get(cid)
+
+    @property
+    def snapshots(self) -> int:
+        return len(self._snaps)
+
+    def attach(self, cid: int, slot: int) -> None:
+        """Keep `slot` as the state after the cached prefix ending with content id `cid`."""
+        self._snaps[cid] = slot
+
+    def drop_snapshot(self, keep: int = ROOT) -> bool:
+        """Give up the least recently used snapshot (not `keep`'s); False when there is none."""
+        for cid in self._snaps:
+            if cid != keep:
+                self.on_drop(self._snaps.pop(cid))
+                return True
+        return False

@@ -36,7 +36,8 @@ class Backend(Protocol):
     def trim_kv(self, blocks: list[int]) -> None: ...          # unused blocks: their memory may go
     def segment(self, blocks: list[int], start: int, rows: int) -> Any: ...
     def forward(self, tokens: list[int], segments: list[Any], out_rows: list[int]) -> torch.Tensor: ...
-    # a hybrid model's backend also has: state_bytes() > 0; allocate_state(slots); trim_state();
+    # a hybrid model's backend also has: state_bytes() > 0; allocate_state(slots); trim_state(slots);
+    # copy_state(src, dst);
     # segment(blocks, start, rows, src, dst) with the state slots of its rows (engine/states.py)
 
 
@@ -49,6 +50,7 @@ class EngineLimits:
     background_chunk: int = 64
     decode_share: float = 0.25
     max_draft: int = 12              # longest draft one round verifies
+    snapshots: int = 8               # a hybrid's prefix-cache state snapshots (engine/states.py)
 
 
 class Engine:
@@ -62,8 +64,9 @@ class Engine:
         backend.allocate_kv(limits.num_blocks, limits.block_size)
         self.states: StatePool | None = None
         if getattr(backend, "state_bytes", lambda: 0)():
-            self.states = StatePool(state_slots(limits.lanes))
+            self.states = StatePool(state_slots(limits.lanes, limits.snapshots))
             backend.allocate_state(self.states.slots)
+            self.cache.on_drop = lambda slot: self.states.give([slot])
         self.scheduler = Scheduler(limits.lanes, limits.decode_share)
         self.counters = Counters(streams_maximum=limits.lanes)
         self._inbox: queue.SimpleQueue[Sequence | Callable[[], None] | None] = queue.SimpleQueue()
@@ -114,8 +117,8 @@ class Engine:
         while not self._stopping:
             if self.scheduler.idle:
                 self.backend.trim_kv(self.cache.take_trimmable())
-                if self.states is not None and self.states.idle:
-                    self.backend.trim_state()
+                if self.states is not None:
+                    self.backend.trim_state(self.states.take_trimmable())
             self._take_inbox(block=self.scheduler.idle)
             for seq in self.scheduler.drop_aborted():
                 self._release(seq)
@@ -155,14 +158,13 @@ class Engine:
 
     def _reserve(self, seq: Sequence) -> bool:
         """Take the KV blocks `seq` needs: cached prompt blocks, then fresh ones for the rest."""
-        cache, prompt = self.cache, seq.request.prompt
-        if self.states is not None and not self.states.available:
-            return False
-        # a hybrid's cached blocks hold no recurrent state: it prefills from the start
-        limit = 0 if self.states is not None else (len(prompt) - 1) // cache.block_size
-        matched, cid = cache.match(prompt, limit=limit)
+        cache, prompt, states = self.cache, seq.request.prompt, self.states
+        # a hybrid resumes only where a state snapshot was kept
+        matched, cid = cache.match(prompt, limit=(len(prompt) - 1) // cache.block_size, snapshots=states is not None)
         need = cache.blocks_for(len(prompt) + seq.request.max_tokens) - len(matched)
-        if need > cache.available:
+        if states is not None and not states.available:
+            cache.drop_snapshot(keep=cid)
+        if need > cache.available or (states is not None and not states.available):
             cache.release(matched)
             return False
         blocks = matched + cache.allocate(need)
@@ -174,8 +176,10 @@ class Engine:
                                 "a lower max_tokens", refused=True)
             return False
         seq.blocks = blocks
-        if self.states is not None:
-            seq.state = self.states.take()[0]
+        if states is not None:
+            seq.state = states.take()[0]
+            if matched:
+                self.backend.copy_state(cache.snapshot(cid), seq.state)
         seq.computed = len(matched) * cache.block_size
         seq.parent_cid, seq.registered = cid, len(matched)
         if not seq.counted_prompt:
@@ -234,10 +238,15 @@ class Engine:
         prompt, lim = seq.request.prompt, self.limits
         start = seq.computed
         end = min(len(prompt), start + (lim.background_chunk if seq.background else lim.prefill_chunk))
+        snap_at = self._snapshot_at(seq)
+        if start < snap_at < end:         # a chunk ends where the snapshot is taken (the bits do not change)
+            end = snap_at
         seg = self._segment(seq, start, end - start)
         logits, drawn = self._forward(prompt[start:end], [seg], [end - start - 1], lambda: [(seq, seq.generated)])
         seq.computed = end
         self._register(seq)
+        if end == snap_at:
+            self._snapshot(seq)
         if end < len(prompt):
             return []
         token = self._draw(seq, seq.generated, logits[0], drawn[0])
@@ -304,6 +313,26 @@ class Engine:
             return self.backend.segment(seq.blocks, start, rows)
         return self.backend.segment(seq.blocks, start, rows, FRESH if start == 0 else seq.state,
                                     dst or [seq.state] * rows)
+
+    def _snapshot_at(self, seq: Sequence) -> int:
+        """A hybrid's snapshot position in its prompt: the last block boundary before the
+        prompt's last token (what a later prompt that begins the same way can resume
+        from); 0 for none."""
+        if self.states is None:
+            return 0
+        return (len(seq.request.prompt) - 1) // self.cache.block_size * self.cache.block_size
+
+    def _snapshot(self, seq: Sequence) -> None:
+        """Keep a copy of `seq`'s state under its last registered block (the least recently
+        used snapshot goes first when there are as many as the limits allow)."""
+        cache, states = self.cache, self.states
+        if cache.snapshot(seq.parent_cid) is not None or seq.registered * cache.block_size != seq.computed:
+            return
+        if cache.snapshots >= self.limits.snapshots:
+            cache.drop_snapshot()
+        for slot in states.take(1):
+            self.backend.copy_state(seq.state, slot)
+            cache.attach(seq.parent_cid, slot)
 
     def _give_state(self, seq: Sequence) -> None:
         if self.states is not None and seq.state != FRESH:

@@ -135,7 +135,8 @@ class NativeModel:
         if hybrid is not None:
             d = m.dn
             d.k_heads, d.v_heads, d.k_dim, d.v_dim = hybrid.k_heads, hybrid.v_heads, hybrid.k_dim, hybrid.v_dim
-            d.conv_k, d.slot_stride = hybrid.conv_k, hybrid.state_floats
+            d.conv_k = hybrid.conv_k
+            d.slot_stride = self.state_bytes() // 4
         self._state: mmap.mmap | None = None
         self.state_slots = 0
         if a.head_dim % 8:
@@ -210,8 +211,11 @@ class NativeModel:
 
     # -- deltanet states -------------------------------------------------------------
     def state_bytes(self) -> int:
-        """One sequence's deltanet state (a slot); 0 for a model without deltanet layers."""
-        return 4 * self.hybrid.state_floats if self.hybrid and self.hybrid.deltanet_layers else 0
+        """One sequence's deltanet state, padded to whole pages (a slot, so each can go back
+        to the system by itself); 0 for a model without deltanet layers."""
+        if not (self.hybrid and self.hybrid.deltanet_layers):
+            return 0
+        return -(-4 * self.hybrid.state_floats // mmap.PAGESIZE) * mmap.PAGESIZE
 
     def allocate_state(self, slots: int) -> None:
         """`slots` state slots in an anonymous map (backed as written)."""
@@ -224,10 +228,19 @@ class NativeModel:
         self.struct.dn.state = C.addressof(self._state_view)
         self.state_slots = slots
 
-    def trim_state(self) -> None:
-        """Give every slot's pages back to the system (they read as zeros until written)."""
-        if self._state is not None and len(self._state) >= mmap.PAGESIZE:
-            self._state.madvise(mmap.MADV_DONTNEED, 0, len(self._state) // mmap.PAGESIZE * mmap.PAGESIZE)
+    def copy_state(self, src: int, dst: int) -> None:
+        """Slot dst := slot src."""
+        if not (0 <= src < self.state_slots and 0 <= dst < self.state_slots):
+            raise ValueError(f"state slots {src}, {dst}: outside the {self.state_slots} slots")
+        size = self.state_bytes()
+        base = C.addressof(self._state_view)
+        C.memmove(base + dst * size, base + src * size, size)
+
+    def trim_state(self, slots: list[int]) -> None:
+        """Give the pages of these slots back to the system (they read as zeros until written)."""
+        size = self.state_bytes()
+        for slot in slots if self._state is not None else []:
+            self._state.madvise(mmap.MADV_DONTNEED, slot * size, size)
 
     # -- forward -------------------------------------------------------------------
     def forward(self, tokens: np.ndarray, pos: np.ndarray, tab_off: np.ndarray, tables: np.ndarray,

@@ -81,11 +81,13 @@ class NativeRunner:
 
     def allocate_state(self, slots: int) -> None:
         self.model.allocate_state(slots)
-        log.info("deltanet states: %d slots of %.1f MiB (backed as written)", slots, self.state_bytes() / 2**20)
 
-    def trim_state(self) -> None:
-        """Every slot is free: give their pages back to the system."""
-        self.model.trim_state()
+    def copy_state(self, src: int, dst: int) -> None:
+        self.model.copy_state(src, dst)
+
+    def trim_state(self, slots: list[int]) -> None:
+        """Give the pages of these unused slots back to the system."""
+        self.model.trim_state(slots)
 
     def free_memory(self) -> int:
         return host_budget()
