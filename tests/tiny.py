@@ -110,3 +110,96 @@ def make_tiny_hybrid(out: Path, tokenizer_src: Path, seed: int = 0, layers: int 
         if (tokenizer_src / name).exists() and name != "generation_config.json":
             shutil.copy(tokenizer_src / name, out / name)
     return out
+
+
+def _tiled(rows: "np.ndarray", k_heads: int, v_heads: int, size: int) -> "np.ndarray":
+    """Value heads (each `size` rows) from grouped-by-key-head order into llama.cpp's tiled one."""
+    return rows.reshape(k_heads, v_heads // k_heads, size, *rows.shape[1:]).swapaxes(0, 1).reshape(rows.shape)
+
+
+def write_hybrid_gguf(hf_folder: Path, path: Path, tokenizer_gguf: Path) -> Path:
+    """The tiny hybrid as a qwen35 GGUF in llama.cpp's layout (what its convert_hf_to_gguf.py
+    writes, checked tensor by tensor against it): zero-centered norms as 1 + weight, A_log
+    as -exp(A_log), the deltanet's value heads tiled, F32 tensors; the tokenizer's metadata
+    copied from `tokenizer_gguf` (the default model's file, whose tokenizer the tiny models use)."""
+    import gguf
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    c = json.loads((hf_folder / "config.json").read_text())
+    hk, hv, dk, dv = (c["linear_num_key_heads"], c["linear_num_value_heads"], c["linear_key_head_dim"],
+                      c["linear_value_head_dim"])
+    w = {k: v.astype(np.float32) for k, v in load_file(str(hf_folder / "model.safetensors")).items()}
+    keys = 2 * hk * dk
+
+    def tile(x: np.ndarray, size: int) -> np.ndarray:
+        return _tiled(x, hk, hv, size)
+
+    out: dict[str, np.ndarray] = {"token_embd.weight": w["model.embed_tokens.weight"],
+                                  "output_norm.weight": w["model.norm.weight"] + 1}
+    if "lm_head.weight" in w:
+        out["output.weight"] = w["lm_head.weight"]
+    for i, kind in enumerate(c["layer_types"]):
+        p, g = f"model.layers.{i}.", f"blk.{i}."
+        out[g + "attn_norm.weight"] = w[p + "input_layernorm.weight"] + 1
+        out[g + "post_attention_norm.weight"] = w[p + "post_attention_layernorm.weight"] + 1
+        for part in ("gate", "up", "down"):
+            out[g + f"ffn_{part}.weight"] = w[p + f"mlp.{part}_proj.weight"]
+        if kind == "full_attention":
+            a = p + "self_attn."
+            for src, dst in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")):
+                out[g + dst + ".weight"] = w[a + src + ".weight"]
+            out[g + "attn_q_norm.weight"] = w[a + "q_norm.weight"] + 1
+            out[g + "attn_k_norm.weight"] = w[a + "k_norm.weight"] + 1
+            continue
+        d = p + "linear_attn."
+        qkv, conv = w[d + "in_proj_qkv.weight"], w[d + "conv1d.weight"].reshape(keys + hv * dv, -1)
+        out[g + "attn_qkv.weight"] = np.concatenate([qkv[:keys], tile(qkv[keys:], dv)])
+        out[g + "ssm_conv1d.weight"] = np.concatenate([conv[:keys], tile(conv[keys:], dv)])
+        out[g + "attn_gate.weight"] = tile(w[d + "in_proj_z.weight"], dv)
+        out[g + "ssm_beta.weight"] = tile(w[d + "in_proj_b.weight"], 1)
+        out[g + "ssm_alpha.weight"] = tile(w[d + "in_proj_a.weight"], 1)
+        out[g + "ssm_out.weight"] = np.ascontiguousarray(tile(w[d + "out_proj.weight"].T, dv).T)
+        out[g + "ssm_dt.bias"] = tile(w[d + "dt_bias"], 1)
+        out[g + "ssm_a"] = tile(-np.exp(w[d + "A_log"].astype(np.float64)).astype(np.float32), 1)
+        out[g + "ssm_norm.weight"] = w[d + "norm.weight"]
+
+    arch = "qwen35"
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_block_count(c["num_hidden_layers"])
+    writer.add_context_length(c["max_position_embeddings"])
+    writer.add_embedding_length(c["hidden_size"])
+    writer.add_feed_forward_length(c["intermediate_size"])
+    writer.add_head_count(c["num_attention_heads"])
+    writer.add_head_count_kv(c["num_key_value_heads"])
+    writer.add_key_length(c["head_dim"])
+    writer.add_value_length(c["head_dim"])
+    writer.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    rope = c["rope_parameters"]
+    writer.add_rope_freq_base(rope["rope_theta"])
+    writer.add_uint32(f"{arch}.rope.dimension_count", int(c["head_dim"] * rope["partial_rotary_factor"]))
+    writer.add_array(f"{arch}.rope.dimension_sections", [*rope["mrope_section"], 0])
+    for key, value in (("ssm.conv_kernel", c["linear_conv_kernel_dim"]), ("ssm.state_size", dk),
+                       ("ssm.group_count", hk), ("ssm.time_step_rank", hv), ("ssm.inner_size", hv * dv),
+                       ("full_attention_interval", c.get("full_attention_interval", 4))):
+        writer.add_uint32(f"{arch}.{key}", value)
+    writer.add_array(f"{arch}.attention.recurrent_layers", [t == "linear_attention" for t in c["layer_types"]])
+    reader = gguf.GGUFReader(str(tokenizer_gguf))
+    for key, field in reader.fields.items():
+        if key.startswith("tokenizer."):
+            value = field.contents()
+            if isinstance(value, list):
+                writer.add_array(key, value)
+            elif isinstance(value, str):
+                writer.add_string(key, value)
+            elif isinstance(value, bool):
+                writer.add_bool(key, value)
+            else:
+                writer.add_uint32(key, int(value))
+    for name, array in out.items():
+        writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

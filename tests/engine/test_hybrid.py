@@ -138,3 +138,32 @@ def test_hybrid_refuses_two_ranks(hybrid_model):
 
     with pytest.raises(UnsupportedModel, match="one rank"):
         NativeRunner(hybrid_model, ranks=2, rank=0)
+
+
+def test_gguf_in_llama_cpp_layout_matches_transformers(hybrid_model, default_model, tmp_path, monkeypatch):
+    """A qwen35 GGUF as llama.cpp writes it (tiled value heads, 1 + weight norms, -exp(A_log)):
+    converted to a folder and loaded, its logits are transformers' on the same weights.
+    F32 tensors of bf16-exact values load as bf16 (not the default q8_0), so the bound is the
+    one of test_logits_match_transformers."""
+    from transformers import Qwen3_5ForCausalLM
+
+    from tensorfold.checkpoints.files import gguf_file
+    from tensorfold.checkpoints.gguf_convert import convert_gguf
+    from tensorfold.native import quant
+    from tensorfold.native.runner import NativeRunner
+    from tests.tiny import write_hybrid_gguf
+
+    path = write_hybrid_gguf(hybrid_model, tmp_path / "hybrid.gguf", gguf_file(default_model))
+    folder = convert_gguf(path, tmp_path / "converted", progress=False)
+    monkeypatch.setattr(quant, "DEFAULT_FLOAT_KIND", "bf16")
+    r = NativeRunner(folder, threads=1)
+    assert r.weights == "gguf" and r.model.struct.dn.tiled
+    r.allocate_kv(8, BS)
+    r.allocate_state(2)
+    tokens = np.random.default_rng(1).integers(0, r.vocab_size, 40).tolist()
+    ours = prefill(r, tokens, [0, 1, 2], 0)
+    ref = Qwen3_5ForCausalLM.from_pretrained(hybrid_model, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = ref(torch.tensor([tokens])).logits[0]
+    assert (ours - want).abs().max().item() < 2e-3 * want.abs().max().item()
+    assert torch.equal(ours.argmax(-1), want.argmax(-1))

@@ -39,8 +39,9 @@ ARCHITECTURES: dict[str, str] = {
     "llama": "LlamaForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    "qwen35": "Qwen3_5ForCausalLM",
 }
-_DEFAULT_ROPE_THETA = {"llama": 10000.0, "qwen2": 1000000.0, "qwen3": 1000000.0}
+_DEFAULT_ROPE_THETA = {"llama": 10000.0, "qwen2": 1000000.0, "qwen3": 1000000.0, "qwen35": 10000000.0}
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -59,8 +60,20 @@ _BLOCK_NAMES = {
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
+    # qwen35 (llama.cpp's layout: zero-centered norms stored as 1 + weight, ssm_a as
+    # -exp(A_log), the deltanet's value heads in tiled order; native/hybrid.py)
+    "post_attention_norm": "post_attention_layernorm",
+    "attn_qkv": "linear_attn.in_proj_qkv",
+    "attn_gate": "linear_attn.in_proj_z",
+    "ssm_beta": "linear_attn.in_proj_b",
+    "ssm_alpha": "linear_attn.in_proj_a",
+    "ssm_out": "linear_attn.out_proj",
+    "ssm_conv1d": "linear_attn.conv1d",
+    "ssm_norm": "linear_attn.norm",
 }
-_BLOCK_RE = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.(weight|bias)$")
+_BARE_NAMES = {"ssm_a": "linear_attn.decay_a", "ssm_dt.bias": "linear_attn.dt_bias"}   # qwen35, no suffix
+_BLOCK_RE = re.compile(r"^blk\.(\d+)\.([a-z_0-9]+)\.(weight|bias)$")
+_BARE_RE = re.compile(r"^blk\.(\d+)\.(ssm_a|ssm_dt\.bias)$")
 # Big arrays we never need as Python objects here.
 _SKIP_FIELDS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type", "tokenizer.ggml.scores")
 
@@ -84,6 +97,8 @@ def hf_tensor_name(name: str) -> str | None:
         return _GLOBAL_NAMES[name]
     if name == "rope_freqs.weight":
         return None  # folded into rope_scaling in the config
+    if match := _BARE_RE.match(name):
+        return f"model.layers.{match.group(1)}.{_BARE_NAMES[match.group(2)]}"
     match = _BLOCK_RE.match(name)
     if match and match.group(2) in _BLOCK_NAMES:
         layer, part, kind = match.groups()
@@ -171,6 +186,8 @@ def build_config(
     if arch == "llama":
         config["attention_bias"] = "blk.0.attn_q.bias" in shapes
         config["mlp_bias"] = False
+    elif arch == "qwen35":
+        config.update(_qwen35_config(key, head_dim, theta))
     elif arch == "qwen3":
         config["attention_bias"] = "blk.0.attn_q.bias" in shapes
     else:
@@ -195,6 +212,33 @@ def build_config(
         if llama3:
             config["rope_scaling"] = llama3
     return config
+
+
+def _qwen35_config(key: Any, head_dim: int, theta: float) -> dict[str, Any]:
+    """A qwen35 GGUF's hybrid layout: which layers are deltanet (recurrent) ones, their
+    sizes, and the partial rotary dims (M-RoPE's sections for text are plain rope)."""
+    layers = int(key("block_count"))
+    interval = int(key("full_attention_interval", 4))
+    v_heads = int(key("ssm.time_step_rank"))
+    try:
+        recurrent = list(key("attention.recurrent_layers"))
+    except CheckpointError:
+        recurrent = [(i + 1) % interval != 0 for i in range(layers)]
+    sections = list(key("rope.dimension_sections", [11, 11, 10, 0]))
+    return {
+        "model_type": "qwen3_5_text",
+        "layer_types": ["linear_attention" if r else "full_attention" for r in recurrent[:layers]],
+        "full_attention_interval": interval,
+        "linear_num_key_heads": int(key("ssm.group_count")),
+        "linear_num_value_heads": v_heads,
+        "linear_key_head_dim": int(key("ssm.state_size")),
+        "linear_value_head_dim": int(key("ssm.inner_size")) // v_heads,
+        "linear_conv_kernel_dim": int(key("ssm.conv_kernel")),
+        "attention_bias": False,
+        "rope_parameters": {"rope_type": "default", "rope_theta": theta,
+                            "partial_rotary_factor": int(key("rope.dimension_count")) / head_dim,
+                            "mrope_section": sections[:3], "mrope_interleaved": True},
+    }
 
 
 def generation_config(meta: dict[str, Any]) -> dict[str, Any]:
@@ -287,9 +331,11 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, progress: bool = Tr
     rope_freqs = _dequantized(tensors["rope_freqs.weight"]) if "rope_freqs.weight" in tensors else None
     config = build_config(meta, shapes, rope_freqs)
     names = {hf for name in tensors if (hf := hf_tensor_name(name)) is not None}
-    for required in ("model.embed_tokens.weight", "model.norm.weight", "model.layers.0.self_attn.q_proj.weight"):
+    for required in ("model.embed_tokens.weight", "model.norm.weight"):
         if required not in names:
             raise CheckpointError(f"GGUF lacks the tensor for {required}; the file is incomplete")
+    if not any(n.endswith(("self_attn.q_proj.weight", "linear_attn.in_proj_qkv.weight")) for n in names):
+        raise CheckpointError("GGUF has no attention or deltanet layers; the file is incomplete")
     out_dir.mkdir(parents=True, exist_ok=True)
     log.info("reading %s (%s, %d tensors) into %s", gguf_path.name, config["model_type"], len(tensors), out_dir)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")

@@ -47,7 +47,7 @@ class Layer(C.Structure):
 
 
 class DeltaNet(C.Structure):
-    _fields_ = [(name, C.c_int32) for name in ("k_heads", "v_heads", "k_dim", "v_dim", "conv_k")] + [
+    _fields_ = [(name, C.c_int32) for name in ("k_heads", "v_heads", "k_dim", "v_dim", "conv_k", "tiled")] + [
                 ("state", C.c_void_p), ("slot_stride", C.c_int64)]
 
 

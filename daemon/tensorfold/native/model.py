@@ -36,18 +36,27 @@ _DELTANET = {"q": "linear_attn.in_proj_qkv", "z": "linear_attn.in_proj_z", "b": 
              "a": "linear_attn.in_proj_a", "o": "linear_attn.out_proj", **_MLP}
 
 
-def _load_gguf(path: Path) -> dict[str, quant.Packed | np.ndarray]:
+def _load_gguf(path: Path, args: ModelArgs, hybrid: HybridArgs | None) -> dict[str, quant.Packed | np.ndarray]:
+    """A GGUF's weights, repacked; a hybrid's conv kept fp32 and each attention q split into
+    its queries and their gates (rows are independent, so the raw blocks split as they are)."""
     from ..checkpoints.gguf_convert import iter_gguf_weights
 
     out: dict[str, quant.Packed | np.ndarray] = {}
     for name, qtype, data, shape in iter_gguf_weights(path):
-        if len(shape) == 1:
-            out[name] = np.array(data, dtype=np.float32)
+        if len(shape) == 1 or name.endswith("linear_attn.conv1d.weight"):
+            out[name] = np.ascontiguousarray(np.asarray(data, dtype=np.float32).reshape(-1))
             continue
-        try:
-            out[name] = quant.pack_gguf(qtype, np.asarray(data), *shape)
-        except ValueError as exc:
-            raise CheckpointError(f"{path.name}: {name}: {exc}") from None
+        parts = [(name, np.asarray(data), shape)]
+        if hybrid is not None and name.endswith("self_attn.q_proj.weight"):
+            rows = parts[0][1].reshape(args.heads, 2, args.head_dim, -1)
+            half = (args.heads * args.head_dim, shape[1])
+            parts = [(name, np.ascontiguousarray(rows[:, 0].reshape(half[0], -1)), half),
+                     (name.replace("q_proj", "q_gate"), np.ascontiguousarray(rows[:, 1].reshape(half[0], -1)), half)]
+        for part, raw, dims in parts:
+            try:
+                out[part] = quant.pack_gguf(qtype, raw, *dims)
+            except ValueError as exc:
+                raise CheckpointError(f"{path.name}: {part}: {exc}") from None
     return out
 
 
@@ -77,11 +86,8 @@ class NativeModel:
         if weights not in quant.FLOAT_KINDS:
             raise CheckpointError(f"--weights {weights!r}: use one of {', '.join(quant.FLOAT_KINDS)}")
         source = gguf_file(folder)
-        if source and hybrid is not None:
-            raise CheckpointError(f"{source.name}: a Qwen3.5 hybrid loads from its safetensors folder on the CPU "
-                                  "engine for now, not from GGUF")
         self.source = "gguf" if source else weights
-        w = _load_gguf(source) if source else _load_safetensors(folder, weights, args, hybrid)
+        w = _load_gguf(source, args, hybrid) if source else _load_safetensors(folder, weights, args, hybrid)
         self.args = args
         self.hybrid = hybrid
         self.kinds = hybrid.kinds if hybrid else (lib.ATTENTION,) * args.layers
@@ -135,7 +141,7 @@ class NativeModel:
         if hybrid is not None:
             d = m.dn
             d.k_heads, d.v_heads, d.k_dim, d.v_dim = hybrid.k_heads, hybrid.v_heads, hybrid.k_dim, hybrid.v_dim
-            d.conv_k = hybrid.conv_k
+            d.conv_k, d.tiled = hybrid.conv_k, bool(source)      # llama.cpp tiles a GGUF's value heads
             d.slot_stride = self.state_bytes() // 4
         self._state: mmap.mmap | None = None
         self.state_slots = 0

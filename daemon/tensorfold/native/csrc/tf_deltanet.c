@@ -142,7 +142,7 @@ static void rule_job(void *p, int ith, int nth) {
     split_(HV, ith, nth, &h0, &h1);
     float mem[DN_MAX_V], delta[DN_MAX_V], o[DN_MAX_V];
     for (int64_t h = h0; h < h1; h++) {
-        int kh = (int)(h / (HV / HK));
+        int kh = d->tiled ? (int)(h % HK) : (int)(h / (HV / HK));
         for (int r = 0; r < j->rows; r++) {
             const float *x = j->mix + (int64_t)r * cd;
             const float *q = x + (int64_t)kh * KD, *k = x + (int64_t)(HK + kh) * KD;

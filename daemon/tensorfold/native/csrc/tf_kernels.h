@@ -107,6 +107,8 @@ typedef struct {
  * a sequence's rows run in order, so row r + 1 reads what row r wrote. */
 typedef struct {
     int32_t k_heads, v_heads, k_dim, v_dim, conv_k;
+    int32_t tiled;                      /* value head h reads key head h % k_heads (llama.cpp's GGUF
+                                           order), else h / (v_heads / k_heads) (Hugging Face's) */
     float *state;
     int64_t slot_stride;                /* floats */
 } tf_deltanet;
