@@ -203,3 +203,64 @@ def write_hybrid_gguf(hf_folder: Path, path: Path, tokenizer_gguf: Path) -> Path
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>")
+# ChatML whose content parts may be images (as Qwen3.5's own template renders them)
+VISION_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for part in message['content'] %}{% if part['type'] in ('image', 'image_url') %}"
+    "<|vision_start|><|image_pad|><|vision_end|>{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def make_tiny_vision(out: Path, tokenizer_src: Path, seed: int = 0) -> Path:
+    """A random Qwen3.5 hybrid with a tiny vision tower (transformers' own classes), the
+    default model's tokenizer with Qwen's three vision tokens added, a chat template that
+    renders image parts, and a small image processor (16-pixel patches, 32..256 pixels a
+    side)."""
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    src_config = json.loads((tokenizer_src / "config.json").read_text())
+    vocab = src_config["vocab_size"]
+    start, end, pad = vocab, vocab + 1, vocab + 2
+    text = dict(vocab_size=vocab + 8, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_key_heads=2,
+                linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                linear_conv_kernel_dim=4, max_position_embeddings=2048, eos_token_id=src_config.get("eos_token_id"),
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                                 "mrope_section": [2, 1, 1], "mrope_interleaved": True})
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16, temporal_patch_size=2,
+                  spatial_merge_size=2, out_hidden_size=64, num_position_embeddings=16)
+    config = Qwen3_5Config(text_config=text, vision_config=vision, image_token_id=pad, vision_start_token_id=start,
+                           vision_end_token_id=end, video_token_id=vocab + 3)
+    torch.manual_seed(seed)
+    model = Qwen3_5ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            scale = 0.1 if "norm" in name else 0.5 if ("A_log" in name or "dt_bias" in name) else \
+                1.0 if "embed_tokens" in name else 0.15
+            p.copy_((torch.randn_like(p) * scale).to(torch.bfloat16).to(torch.float32))
+    model.save_pretrained(out)
+    for name in TOKENIZER_FILES:
+        if (tokenizer_src / name).exists() and name != "generation_config.json":
+            shutil.copy(tokenizer_src / name, out / name)
+    tok = json.loads((out / "tokenizer.json").read_text())
+    for i, content in zip((start, end, pad), VISION_TOKENS):
+        tok["added_tokens"].append({"id": i, "content": content, "single_word": False, "lstrip": False,
+                                    "rstrip": False, "normalized": False, "special": True})
+    (out / "tokenizer.json").write_text(json.dumps(tok))
+    tc = json.loads((out / "tokenizer_config.json").read_text())
+    tc["chat_template"] = VISION_TEMPLATE
+    tc.setdefault("added_tokens_decoder", {}).update({str(i): {
+        "content": c, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
+        for i, c in zip((start, end, pad), VISION_TOKENS)})
+    (out / "tokenizer_config.json").write_text(json.dumps(tc))
+    (out / "chat_template.jinja").unlink(missing_ok=True)
+    (out / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Qwen2VLImageProcessor", "patch_size": 16, "temporal_patch_size": 2,
+        "merge_size": 2, "size": {"shortest_edge": 32 * 32, "longest_edge": 256 * 256},
+        "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}))
+    return out

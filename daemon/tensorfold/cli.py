@@ -48,6 +48,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    help="GiB for the KV cache (default: available memory less a reserve)")
     p.add_argument("--chat-template", default=None, metavar="FILE",
                    help="a Jinja chat template file that replaces the checkpoint's own")
+    p.add_argument("--vision", action="store_true",
+                   help="load the checkpoint's vision tower and take image parts (Qwen3.5 checkpoints; the CPU "
+                        "engine); limits: --limit images=8 image_bytes=20971520 image_pixels=50000000")
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -60,7 +63,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                         threads=args.threads, ranks=args.ranks, parallel=parallel, prefill_chunk=args.prefill_chunk,
                         background_chunk=args.background_chunk, decode_share=args.decode_share,
                         kv_memory=args.kv_memory, draft_model=args.draft_model,
-                        chat_template=_read_template(args.chat_template))
+                        chat_template=_read_template(args.chat_template), vision=getattr(args, "vision", False))
 
 
 def _read_template(path: str | None) -> str | None:

@@ -33,6 +33,7 @@ class EngineConfig:
     kv_memory: float | None = None      # GiB for the KV pool; None: from the memory available
     draft_model: str | None = None      # a smaller model with the same tokenizer drafts; None: prompt lookup
     chat_template: str | None = None    # Jinja text replacing the checkpoint's chat template
+    vision: bool = False                # load the checkpoint's vision tower: image parts are taken
 
 
 AUTO_LANES = 8
@@ -51,6 +52,9 @@ class Limits:
     grammar_bytes: int = 128 * 1024        # a structured-output schema, regex, grammar or choice list
     grammar_seconds: float = 20.0          # compile time of one grammar
     depth: int = 64                        # arrays and objects nested in one another
+    images: int = 8                        # image parts per request (--vision)
+    image_bytes: int = 20 * 1024 * 1024    # one image, encoded (a data URL's payload or a fetched body)
+    image_pixels: int = 50_000_000         # one image's width x height as decoded, before resizing
 
     @classmethod
     def parse(cls, items: list[str] | tuple[str, ...]) -> Limits:

@@ -19,6 +19,7 @@ class Segment:
     rows: int
     src: int = -1
     dst: list[int] | None = None
+    images: tuple = ()             # vision.positions.Placed: the sequence's images (their rows' inputs)
 
 
 def check_rows(tokens: list[int], segments: list[Segment], block_size: int, num_blocks: int,

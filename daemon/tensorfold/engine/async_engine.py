@@ -98,6 +98,7 @@ class AsyncEngine:
         if config.chat_template:
             self.tokenizer.hf.chat_template = config.chat_template
         self.runner = make_runner(folder, config)
+        self.vision = self._vision(folder, config)
         lanes = config.parallel or AUTO_LANES
         budget = int(config.kv_memory * GiB) if config.kv_memory else self.runner.free_memory()
         snapshots = 0
@@ -123,6 +124,21 @@ class AsyncEngine:
         gc.collect()
         gc.freeze()
         release_freed_memory()       # what loading freed (about 50 MB for the default model)
+
+    def _vision(self, folder: Path, config: EngineConfig) -> Any:
+        """--vision: the checkpoint's vision tower (vision/encoder.py); refused where images
+        cannot run (no tower, or an engine other than the CPU one)."""
+        if not config.vision:
+            return None
+        from ..vision.encoder import VisionEncoder, has_vision_tower
+
+        if not has_vision_tower(folder):
+            raise CheckpointError(f"--vision: {folder.name} has no vision tower (a Qwen3.5 checkpoint with its "
+                                  "vision_config and model.visual weights takes images)")
+        if not getattr(self.runner, "image_inputs", None) or not self.runner.model.struct.mrope[0]:
+            raise CheckpointError("--vision runs on the CPU engine with a Qwen3.5 checkpoint")
+        log.info("vision tower of %s loaded: images are taken", folder.name)
+        return VisionEncoder(folder)
 
     def _drafter(self, config: EngineConfig, plan: KVPlan) -> DraftModelDrafter:
         """Load --draft-model; refuse it unless it shares the target's tokenizer."""

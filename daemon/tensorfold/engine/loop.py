@@ -22,6 +22,7 @@ from .drafting.ngram import NgramDrafter
 from .sampler import sample
 from .scheduler import Plan, Scheduler
 from .sequence import Sequence
+from ..vision.positions import cache_key
 from .states import FRESH, StatePool, state_slots
 from .text import ReplyText
 from .types import Delta, FinishReason, Request
@@ -160,7 +161,8 @@ class Engine:
         """Take the KV blocks `seq` needs: cached prompt blocks, then fresh ones for the rest."""
         cache, prompt, states = self.cache, seq.request.prompt, self.states
         # a hybrid resumes only where a state snapshot was kept
-        matched, cid = cache.match(prompt, limit=(len(prompt) - 1) // cache.block_size, snapshots=states is not None)
+        key = cache_key(prompt, seq.request.images)
+        matched, cid = cache.match(key, limit=(len(prompt) - 1) // cache.block_size, snapshots=states is not None)
         need = cache.blocks_for(len(prompt) + seq.request.max_tokens) - len(matched)
         if states is not None and not states.available:
             cache.drop_snapshot(keep=cid)
@@ -309,10 +311,11 @@ class Engine:
     def _segment(self, seq: Sequence, start: int, rows: int, dst: list[int] | None = None) -> Any:
         """The backend's segment for `rows` positions of `seq` from `start`; for a hybrid,
         with the state slots its rows read and write (by default its own slot, in place)."""
+        images = {"images": seq.request.images} if seq.request.images else {}
         if self.states is None:
-            return self.backend.segment(seq.blocks, start, rows)
+            return self.backend.segment(seq.blocks, start, rows, **images)
         return self.backend.segment(seq.blocks, start, rows, FRESH if start == 0 else seq.state,
-                                    dst or [seq.state] * rows)
+                                    dst or [seq.state] * rows, **images)
 
     def _snapshot_at(self, seq: Sequence) -> int:
         """A hybrid's snapshot position in its prompt: the last block boundary before the
@@ -367,7 +370,7 @@ class Engine:
 
     def _register(self, seq: Sequence) -> None:
         """Offer every newly completed block of `seq` to the prefix cache."""
-        B, tokens = self.cache.block_size, seq.tokens
+        B, tokens = self.cache.block_size, seq.key_tokens
         while seq.registered < min(seq.computed, len(tokens)) // B:
             i = seq.registered
             seq.parent_cid = self.cache.register(seq.blocks[i], seq.parent_cid, tokens[i * B:(i + 1) * B])

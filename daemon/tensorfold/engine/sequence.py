@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..vision.positions import cache_key
 from .cache import ROOT
 from .text import ReplyText
 from .types import Delta, Finish, FinishReason, Priority, Request, Stats, Usage
@@ -52,6 +53,11 @@ class Sequence:
     @property
     def tokens(self) -> list[int]:
         return self.request.prompt + self.generated
+
+    @property
+    def key_tokens(self) -> list[int]:
+        """The tokens as the prefix cache keys them (an image's positions by its digest)."""
+        return cache_key(self.request.prompt, self.request.images) + self.generated
 
     @property
     def replaying(self) -> bool:

@@ -76,6 +76,7 @@ class Request:
     draft: bool = True                 # False: the serial reference, one position a round
     constraints: tuple[Any, ...] = ()  # engine.constraints rules, applied per row
     think: Think | None = None         # how to count reasoning tokens; None: no thinking
+    images: tuple[Any, ...] = ()       # vision.positions.Placed: an image's embeddings at prompt positions
 
 
 class FinishReason(str, enum.Enum):

@@ -33,6 +33,7 @@ class HybridArgs:
     k_dim: int
     v_dim: int
     conv_k: int
+    mrope: tuple[int, int, int] = (0, 0, 0)    # M-RoPE's sections (t, h, w) of the rotary frequencies
 
     @property
     def conv_dim(self) -> int:
@@ -63,7 +64,11 @@ class HybridArgs:
         args = cls(kinds=tuple(lib.ATTENTION if t == "full_attention" else lib.DELTANET for t in types),
                    rot_dim=int(head_dim * factor), k_heads=c["linear_num_key_heads"],
                    v_heads=c["linear_num_value_heads"], k_dim=c["linear_key_head_dim"],
-                   v_dim=c["linear_value_head_dim"], conv_k=c.get("linear_conv_kernel_dim", 4))
+                   v_dim=c["linear_value_head_dim"], conv_k=c.get("linear_conv_kernel_dim", 4),
+                   mrope=tuple(int(x) for x in (rope.get("mrope_section") or [head_dim * factor // 2, 0, 0])[:3]))
+        if rope.get("mrope_section") and rope.get("mrope_interleaved") is False:
+            raise CheckpointError("this checkpoint's M-RoPE sections are not interleaved; the CPU engine takes "
+                                  "Qwen3.5's interleaved layout")
         if args.rot_dim % 2 or args.k_dim % 8 or args.v_dim % 8 or args.v_heads % args.k_heads:
             raise CheckpointError(f"the CPU engine takes an even rotary dim ({args.rot_dim}), key and value "
                                   f"head dims in multiples of 8 ({args.k_dim}, {args.v_dim}) and value heads "

@@ -56,16 +56,22 @@ class Model(C.Structure):
                                                  "vocab", "max_pos", "block_size", "threads")] + [
         ("eps", C.c_float), ("layer", C.POINTER(Layer)), ("embed", Weight), ("head", Weight),
         ("norm", C.c_void_p), ("cos", C.c_void_p), ("sin", C.c_void_p), ("rot_dim", C.c_int32),
-        ("dn", DeltaNet), ("kv", C.c_void_p),
+        ("mrope", C.c_int32 * 3), ("dn", DeltaNet), ("kv", C.c_void_p),
         ("block_stride", C.c_int64), ("kv_stride", C.c_int64),
         ("ranks", C.c_int32), ("rank", C.c_int32), ("kv_split", C.c_int32 * (MAX_RANKS + 1)),
         ("hidden_split", C.c_int32 * (MAX_RANKS + 1)), ("ffn_split", C.c_int32 * (MAX_RANKS + 1)),
         ("gather", GATHER)]
 
 
+class Inputs(C.Structure):
+    """tf_inputs: a forward's rows' state slots, image embeddings and M-RoPE positions."""
+    _fields_ = [("state_src", C.c_void_p), ("state_dst", C.c_void_p), ("embed_row", C.c_void_p),
+                ("embeds", C.c_void_p), ("mrope", C.c_void_p)]
+
+
 _SIGNATURES = {
     "tf_forward": (C.c_int, [C.POINTER(Model), _i32p, C.c_int, _i32p, _i32p, _i32p, _i32p, C.c_int, _f32p,
-                             _i32p, _i32p]),
+                             C.POINTER(Inputs)]),
     "tf_linear": (C.c_int, [C.POINTER(Weight), _f32p, C.c_int, _f32p]),
     "tf_kpack": (None, [C.c_int, C.c_void_p, C.c_int, C.c_int, C.c_void_p, C.c_void_p]),
     "tf_bpack": (None, [C.c_int, C.c_int, C.c_int, C.c_int, C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p,

@@ -139,6 +139,7 @@ class NativeModel:
         cos, sin = rope_tables(inv, a.max_positions)
         m.cos, m.sin = self._f32(cos.numpy()), self._f32(sin.numpy())
         if hybrid is not None:
+            m.mrope[:] = hybrid.mrope
             d = m.dn
             d.k_heads, d.v_heads, d.k_dim, d.v_dim = hybrid.k_heads, hybrid.v_heads, hybrid.k_dim, hybrid.v_dim
             d.conv_k, d.tiled = hybrid.conv_k, bool(source)      # llama.cpp tiles a GGUF's value heads
@@ -250,20 +251,26 @@ class NativeModel:
 
     # -- forward -------------------------------------------------------------------
     def forward(self, tokens: np.ndarray, pos: np.ndarray, tab_off: np.ndarray, tables: np.ndarray,
-                out_rows: np.ndarray, state_src: np.ndarray | None = None,
-                state_dst: np.ndarray | None = None) -> torch.Tensor:
-        """int32 arrays in; fp32 logits [len(out_rows), vocab] out.  A hybrid's rows also
-        name the state slots they read and write (tf_kernels.h)."""
+                out_rows: np.ndarray, state_src: np.ndarray | None = None, state_dst: np.ndarray | None = None,
+                embed_row: np.ndarray | None = None, embeds: np.ndarray | None = None,
+                mrope: np.ndarray | None = None) -> torch.Tensor:
+        """int32 arrays in; fp32 logits [len(out_rows), vocab] out.  A hybrid's rows also name
+        the state slots they read and write; an image's rows take their inputs from `embeds`
+        (embed_row >= 0) and M-RoPE positions (mrope [rows, 3]) (tf_kernels.h, tf_inputs)."""
         if self._kv is None:
             raise RuntimeError("allocate_kv first")
         if self.state_bytes() and (state_src is None or self._state is None):
             raise RuntimeError("a hybrid's forward needs allocate_state and each row's state slots")
         logits = torch.empty((len(out_rows), self.struct.vocab), dtype=torch.float32)
         i32 = C.c_int32
-        states = (lib.ptr(state_src, i32), lib.ptr(state_dst, i32)) if state_src is not None else (None, None)
+        extra = lib.Inputs()
+        for field, array in (("state_src", state_src), ("state_dst", state_dst), ("embed_row", embed_row),
+                             ("mrope", mrope), ("embeds", embeds)):
+            if array is not None:
+                setattr(extra, field, array.ctypes.data)
         rc = self.lib.tf_forward(C.byref(self.struct), lib.ptr(tokens, i32), len(tokens), lib.ptr(pos, i32),
                                  lib.ptr(tab_off, i32), lib.ptr(tables, i32), lib.ptr(out_rows, i32),
-                                 len(out_rows), lib.ptr(logits), *states)
+                                 len(out_rows), lib.ptr(logits), C.byref(extra))
         if rc == -2:
             raise RanksFailed("a rank did not take part in a gather")
         if rc != 0:

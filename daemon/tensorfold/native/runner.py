@@ -17,6 +17,7 @@ from . import hybrid as qwen35
 from . import lib
 from . import quant
 from .model import NativeModel
+from ..vision.positions import row_inputs
 from .shard import Shard
 
 log = logging.getLogger(__name__)
@@ -71,9 +72,9 @@ class NativeRunner:
         """Give the pages of these unused blocks back to the system."""
         self.model.trim_kv(blocks)
 
-    def segment(self, blocks: list[int], start: int, rows: int, src: int = -1, dst: list[int] | None = None
-                ) -> Segment:
-        return Segment(list(blocks), start, rows, src, dst)
+    def segment(self, blocks: list[int], start: int, rows: int, src: int = -1, dst: list[int] | None = None,
+                images: tuple = ()) -> Segment:
+        return Segment(list(blocks), start, rows, src, dst, images)
 
     # -- a hybrid's deltanet states (engine/states.py) -------------------------------------
     def state_bytes(self) -> int:
@@ -95,7 +96,29 @@ class NativeRunner:
     def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> torch.Tensor:
         """Run `tokens` (segments' rows, in order); fp32 logits [len(out_rows), vocab] (on
         one of several ranks, its own vocabulary columns)."""
-        return self.model.forward(*self.rows(tokens, segments, out_rows), *self.states(segments))
+        return self.model.forward(*self.rows(tokens, segments, out_rows), *self.states(segments),
+                                  **self.image_inputs(segments))
+
+    def image_inputs(self, segments: list[Segment]) -> dict[str, np.ndarray]:
+        """The rows' image embeddings and M-RoPE positions, when a segment has images."""
+        if not any(seg.images for seg in segments):
+            return {}
+        if not self.model.struct.mrope[0]:
+            raise ValueError("this model takes no images")
+        rows, parts, mrope, taken = [], [], [], 0
+        for seg in segments:
+            embed_row, embeds, positions = row_inputs(seg.images, seg.start, seg.rows)
+            rows.append(np.where(embed_row >= 0, embed_row + taken, -1))
+            if len(embed_row[embed_row >= 0]):
+                parts.append(embeds)
+                taken += len(embeds)
+            mrope.append(positions)
+        hidden = self.args.hidden_size
+        embeds = np.concatenate(parts) if parts else np.zeros((0, hidden), np.float32)
+        if embeds.shape[1] != hidden:
+            raise ValueError(f"image embeddings of width {embeds.shape[1]}, the model's is {hidden}")
+        return {"embed_row": np.concatenate(rows).astype(np.int32), "embeds": np.ascontiguousarray(embeds),
+                "mrope": np.ascontiguousarray(np.concatenate(mrope), dtype=np.int32)}
 
     def states(self, segments: list[Segment]) -> tuple[np.ndarray, np.ndarray] | tuple[()]:
         """Each row's source and destination state slots (a hybrid's), checked; row j > 0 of a

@@ -26,6 +26,7 @@ from ...engine.sampler import derive_seed
 from ...engine.types import Priority, Request, SamplingParams
 from .. import errors
 from .chat_format import ChatFormat
+from .images import encode_images, image_parts, place_images
 from .messages import demote_later_system, template_messages
 from .names import field_name
 from .parsing import off_loop
@@ -64,6 +65,8 @@ class EngineView(Protocol):
 def chat_request(body: ChatCompletionRequest, engine: EngineView, config: ServerConfig, chat: ChatFormat,
                  request_id: str) -> Request:
     messages = template_messages(body.messages)
+    parts = image_parts(body.messages)
+    images = encode_images(parts, engine, config.limits) if parts else []
     tools = offered(body)          # "none" hides tools; a named function is the only one offered
     kwargs = effort_kwargs(template_kwargs(body.chat_template_kwargs), body.reasoning_effort,
                            config.reasoning_effort, chat.template)
@@ -72,6 +75,9 @@ def chat_request(body: ChatCompletionRequest, engine: EngineView, config: Server
         prompt = render_prompt(engine.tokenizer, hermes_messages(messages, tools), None, kwargs)
     else:
         prompt = render_prompt(engine.tokenizer, messages, tools, kwargs)
+    placed: tuple = ()
+    if images:
+        prompt, placed = place_images(prompt, images, engine.vision.image_token_id, field_name("messages"))
     if body.max_completion_tokens is not None:
         explicit, param = body.max_completion_tokens, "max_completion_tokens"
     else:
@@ -84,7 +90,7 @@ def chat_request(body: ChatCompletionRequest, engine: EngineView, config: Server
     budget = thinking_budget_rule(chat, think, body.thinking_budget, config.thinking_budget)
     force = tool_force(engine, body, tools, fmt, think)
     rules = tuple(r for r in (budget, force) if r is not None)
-    return dataclasses.replace(request, constraints=(*request.constraints, *rules), think=think)
+    return dataclasses.replace(request, constraints=(*request.constraints, *rules), think=think, images=placed)
 
 
 async def prepare_chat(state: Any, body: ChatCompletionRequest, request_id: str) -> Request:

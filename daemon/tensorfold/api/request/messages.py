@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+from .images import template_content
+
 import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -80,7 +82,7 @@ def _check_roles(i: int, m: Message) -> None:
 
 
 def _as_dict(m: Message) -> dict[str, Any]:
-    d: dict[str, Any] = {"role": m.role, "content": m.content if m.content is not None else ""}
+    d: dict[str, Any] = {"role": m.role, "content": template_content(m.content) if m.content is not None else ""}
     if m.name is not None:
         d["name"] = m.name
     if m.role == "assistant":

@@ -20,7 +20,7 @@ from .fields import (LogitBias, MinP, ModelName, Modalities, MustBeNull, N, Opti
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 UNSUPPORTED_PARTS = {
-    "image_url": "image input", "input_image": "image input",
+    "input_image": "image input (send it as an image_url part)",
     "input_audio": "audio input", "audio": "audio input",
     "video_url": "video input", "video": "video input",
     "file": "file input", "input_file": "file input",
@@ -43,28 +43,46 @@ def _role(v: Any) -> str:
          else f"must be a string, not {_kind(v)}")
 
 
-def _content(v: Any) -> str | None:
-    """A string, or a list of content parts whose text parts concatenate in order."""
+def _content(v: Any) -> str | list[dict[str, Any]] | None:
+    """A string, or a list of content parts: text parts concatenate in order; with image
+    parts, the parts in order ({"type": "text", "text"} and {"type": "image_url", "url"})."""
     if v is None or isinstance(v, str):
         return v
     if not isinstance(v, list):
         fail(f"must be a string or an array of content parts, not {_kind(v)}")
     if not v:
         fail("must not be an empty array")
-    texts: list[str] = []
+    parts: list[dict[str, Any]] = []
     for i, part in enumerate(v):
         kind = part.get("type") if isinstance(part, dict) else None
         if not isinstance(kind, str):
             fail(f"content part {i} must be an object with a string 'type'")
         if kind in UNSUPPORTED_PARTS:
             unsupported(f"content part {i} ({kind}): {UNSUPPORTED_PARTS[kind]} is not supported by this server")
+        if kind == "image_url":
+            parts.append({"type": "image_url", "url": _image_url(part.get("image_url"), i)})
+            continue
         if kind != "text":
-            fail(f"content part {i} has unknown type {kind!r}; use 'text'")
+            fail(f"content part {i} has unknown type {kind!r}; use 'text' or 'image_url'")
         text = part.get("text")
         if not isinstance(text, str):
             fail(f"content part {i} (text) needs a string 'text'")
-        texts.append(text)
-    return "".join(texts)
+        parts.append({"type": "text", "text": text})
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return parts
+
+
+def _image_url(v: Any, i: int) -> str:
+    """An image_url part's URL: {"url": "...", "detail": "auto" | "low" | "high"} (or the URL alone)."""
+    if isinstance(v, dict):
+        detail = v.get("detail")
+        if detail is not None and detail not in ("auto", "low", "high"):
+            fail(f"content part {i} (image_url): 'detail' must be auto, low or high, not {detail!r}")
+        v = v.get("url")
+    if not isinstance(v, str) or not v:
+        fail(f"content part {i} (image_url) needs a string 'image_url.url'")
+    return v
 
 
 def _arguments(v: Any) -> str | dict[str, Any]:
@@ -92,7 +110,7 @@ class ToolCall(StrictModel):
 
 class Message(StrictModel):
     role: Annotated[str, BeforeValidator(_role)]
-    content: Annotated[str | None, BeforeValidator(_content)] = None
+    content: Annotated[str | list[dict[str, Any]] | None, BeforeValidator(_content)] = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None

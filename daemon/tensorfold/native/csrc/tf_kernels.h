@@ -122,6 +122,10 @@ typedef struct {
     const float *norm;
     const float *cos, *sin;             /* [max_pos, rot_dim], rotate-half layout */
     int32_t rot_dim;                    /* the leading dims of a head that rope turns (head_dim, or less) */
+    /* M-RoPE (Qwen3.5, interleaved): with a row's three positions (t, h, w), rotary
+     * frequency j < rot_dim/2 turns by position h when j % 3 == 1 and j < 3 * mrope[1], by
+     * w when j % 3 == 2 and j < 3 * mrope[2], else by t.  A text row's three are equal. */
+    int32_t mrope[3];
     tf_deltanet dn;
     /* fp16 KV, layer by layer: layer l's keys of blocks 0, 1, ... at kv + 2*l*kv_stride
      * (block b's [kv_heads, head_dim, B] b*block_stride further), then its values at
@@ -143,5 +147,16 @@ typedef struct {
     int32_t kv_split[TF_MAX_RANKS + 1], hidden_split[TF_MAX_RANKS + 1], ffn_split[TF_MAX_RANKS + 1];
     int (*gather)(const float *send, float *recv, int64_t count);
 } tf_model;
+
+/* What a forward's rows carry besides tokens and positions (each NULL when unused):
+ * state_src/state_dst their deltanet state slots (tf_deltanet); embed_row[r] >= 0 takes
+ * row r's input from embeds [*, hidden] instead of its token's embedding (an image's
+ * positions); mrope [rows, 3] their M-RoPE positions. */
+typedef struct {
+    const int32_t *state_src, *state_dst;
+    const int32_t *embed_row;
+    const float *embeds;
+    const int32_t *mrope;
+} tf_inputs;
 
 #endif

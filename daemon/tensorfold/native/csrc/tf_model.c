@@ -134,6 +134,7 @@ typedef struct {
     const tf_layer *L;
     int rows;
     const int32_t *tokens, *pos, *tab_off, *tables, *out_rows;
+    const tf_inputs *in;
     float *x, *h, *qkv, *att, *gu, *act;
     int qkv_width;                  /* this layer's q (, gate), k, v outputs per row */
     float *act_own;                 /* where S_SILU writes: act, or this rank's part to send */
@@ -149,7 +150,10 @@ static void row_step(fwd *f, int64_t r) {
     int QKV = f->qkv_width, G = f->L && f->L->qgate.fmt ? H * D : 0;      /* G: the gate's width */
     switch (f->step) {
     case S_EMBED:
-        tf_dequant_row(&m->embed, f->tokens[r], f->x + r * E);
+        if (f->in && f->in->embed_row && f->in->embed_row[r] >= 0)
+            memcpy(f->x + r * E, f->in->embeds + (int64_t)f->in->embed_row[r] * E, sizeof(float) * (size_t)E);
+        else
+            tf_dequant_row(&m->embed, f->tokens[r], f->x + r * E);
         break;
     case S_ATTN_NORM:
         tf_rms_norm(f->x + r * E, f->L->attn_norm, m->eps, E, f->h + r * E);
@@ -173,6 +177,17 @@ static void row_step(fwd *f, int64_t r) {
         float *q = f->qkv + r * QKV, *k = q + H * D + G, *v = k + KV * D;
         int p = f->pos[r], RD = m->rot_dim;
         const float *c = m->cos + (int64_t)p * RD, *s = m->sin + (int64_t)p * RD;
+        float mc[512], ms[512];
+        if (f->in && f->in->mrope) {            /* each frequency's cos/sin from its position's table row */
+            const int32_t *t = f->in->mrope + 3 * r;
+            for (int j = 0; j < RD / 2; j++) {
+                int a = j % 3 == 1 && j < 3 * m->mrope[1] ? 1 : j % 3 == 2 && j < 3 * m->mrope[2] ? 2 : 0;
+                int64_t at = (int64_t)t[a] * RD;
+                mc[j] = m->cos[at + j], mc[j + RD / 2] = m->cos[at + j + RD / 2];
+                ms[j] = m->sin[at + j], ms[j + RD / 2] = m->sin[at + j + RD / 2];
+            }
+            c = mc, s = ms;
+        }
         float scale = (float)(1.0 / sqrt((double)D));
         for (int hh = 0; hh < H + KV; hh++) {
             float *x = hh < H ? q + hh * D : k + (hh - H) * D;      /* q heads, then k heads */
@@ -296,11 +311,12 @@ static void layer_widths(const tf_model *m, int *lin, int *mixed) {
 }
 
 /* 0: done; -1: out of memory (or sizes the kernels do not take); -2: a gather failed
- * (the ranks are out of step).  state_src/state_dst: each row's deltanet state slots
- * (tf_deltanet; NULL for a model without deltanet layers). */
+ * (the ranks are out of step).  `in`: the rows' state slots, image embeddings and
+ * M-RoPE positions (tf_inputs; NULL for plain token rows of a Llama-family model). */
 int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t *pos, const int32_t *tab_off,
-               const int32_t *tables, const int32_t *out_rows, int n_out, float *logits,
-               const int32_t *state_src, const int32_t *state_dst) {
+               const int32_t *tables, const int32_t *out_rows, int n_out, float *logits, const tf_inputs *in) {
+    const int32_t *state_src = in ? in->state_src : NULL, *state_dst = in ? in->state_dst : NULL;
+    if (m->rot_dim > 512) return -1;
     int E = m->hidden, D = m->head_dim, H = m->heads, KV = m->kv_heads, F = m->ffn;
     int QKV, MIX, split = m->ranks > 1;
     layer_widths(m, &QKV, &MIX);
@@ -309,7 +325,7 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
     int64_t R = MAX(rows, n_out);
     int maxk = MAX(MAX(MAX(E, HW * D), FW), MIX);
     int64_t outs = MAX(rows * (int64_t)MAX(MAX(QKV, 2 * F), E), n_out * (int64_t)m->vocab);
-    fwd f = {m, 0, rows, tokens, pos, tab_off, tables, out_rows};
+    fwd f = {m, 0, rows, tokens, pos, tab_off, tables, out_rows, in};
     f.threads = m->threads;
     f.x = malloc(sizeof(float) * R * E);
     f.h = malloc(sizeof(float) * R * MAX(E, HW * D));

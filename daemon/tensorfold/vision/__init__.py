@@ -1,0 +1,1 @@
+"""Image input for models with a vision tower."""
