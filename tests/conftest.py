@@ -40,3 +40,11 @@ def hybrid_model(tmp_path_factory, default_model) -> Path:
     from tests.tiny import make_tiny_hybrid
 
     return make_tiny_hybrid(tmp_path_factory.mktemp("tiny-hybrid"), default_model)
+
+
+@pytest.fixture(scope="session")
+def vision_model(tmp_path_factory, default_model) -> Path:
+    """The tiny hybrid with a tiny vision tower, Qwen's vision tokens and an image-part template."""
+    from tests.tiny import make_tiny_vision
+
+    return make_tiny_vision(tmp_path_factory.mktemp("tiny-vision"), default_model)

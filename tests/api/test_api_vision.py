@@ -19,13 +19,6 @@ from tests.servers import running
 
 
 @pytest.fixture(scope="module")
-def vision_model(tmp_path_factory, default_model):
-    from tests.tiny import make_tiny_vision
-
-    return make_tiny_vision(tmp_path_factory.mktemp("tiny-vision"), default_model)
-
-
-@pytest.fixture(scope="module")
 def served(vision_model):
     engine = AsyncEngine(vision_model, EngineConfig(dtype="float32", device="cpu", kv_memory=0.1, vision=True))
     with running(engine, ServerConfig(limits=Limits(images=2))) as s:

@@ -167,3 +167,45 @@ def test_gguf_in_llama_cpp_layout_matches_transformers(hybrid_model, default_mod
         want = ref(torch.tensor([tokens])).logits[0]
     assert (ours - want).abs().max().item() < 2e-3 * want.abs().max().item()
     assert torch.equal(ours.argmax(-1), want.argmax(-1))
+
+
+def test_an_images_rows_match_transformers_and_chunk_freely(vision_model):
+    """The image's embeddings at its pad positions and M-RoPE's (t, h, w) positions (the text
+    after the image sits lower): logits as transformers' multimodal forward gives them, and
+    the same bits however the prompt is chunked through the image."""
+    from types import SimpleNamespace
+
+    from PIL import Image as PILImage
+    from transformers import Qwen3_5ForConditionalGeneration
+
+    from tensorfold.native.runner import NativeRunner
+    from tensorfold.vision.encoder import VisionEncoder
+    from tensorfold.vision.positions import Placed
+
+    enc = VisionEncoder(vision_model)
+    rgb = PILImage.fromarray((np.random.default_rng(0).random((70, 100, 3)) * 255).astype(np.uint8))
+    image = enc.encode(SimpleNamespace(rgb=rgb, digest="a picture"))
+    assert image.grid == (1, 2, 3) and image.embeds.shape == (6, 64)
+    pre, post = [10, 20, 30, enc.start_token_id], [enc.end_token_id, 40, 50, 60, 70]
+    tokens = pre + [enc.image_token_id] * image.tokens + post
+    r = NativeRunner(vision_model, weights="bf16", threads=1)
+    r.allocate_kv(8, BS)
+    r.allocate_state(2)
+    T, placed = len(tokens), (Placed(len(pre), image),)
+    ours = r.forward(tokens, [r.segment([0, 1], 0, T, -1, [0] * T, images=placed)], list(range(T)))
+    ref = Qwen3_5ForConditionalGeneration.from_pretrained(vision_model, dtype=torch.float32).eval()
+    batch = enc.processor(images=[rgb], return_tensors="pt")
+    with torch.no_grad():
+        want = ref(input_ids=torch.tensor([tokens]), pixel_values=batch["pixel_values"].float(),
+                   image_grid_thw=batch["image_grid_thw"],
+                   mm_token_type_ids=torch.tensor([[int(t == enc.image_token_id) for t in tokens]])).logits[0]
+    assert (ours - want).abs().max().item() < 2e-3 * want.abs().max().item()
+    assert torch.equal(ours.argmax(-1), want.argmax(-1))
+    for chunk in (1, 5):
+        parts = []
+        for s in range(0, T, chunk):
+            n = min(chunk, T - s)
+            seg = r.segment([0, 1], s, n, -1 if s == 0 else 1, [1] * n, images=placed)
+            parts.append(r.forward(tokens[s:s + n], [seg], list(range(n))))
+        assert_same(torch.cat(parts), ours, f"chunks of {chunk}")
+    assert enc.encode(SimpleNamespace(rgb=None, digest="a picture")) is image     # cached by digest
