@@ -48,3 +48,11 @@ def vision_model(tmp_path_factory, default_model) -> Path:
     from tests.tiny import make_tiny_vision
 
     return make_tiny_vision(tmp_path_factory.mktemp("tiny-vision"), default_model)
+
+
+@pytest.fixture(scope="session")
+def vision_draft_model(tmp_path_factory, vision_model) -> Path:
+    """A 2-layer random Llama with the vision model's tokenizer: a draft model for it."""
+    from tests.tiny import make_tiny_checkpoint
+
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-vision-draft"), vision_model)

@@ -24,6 +24,7 @@ def make_tiny_checkpoint(out: Path, tokenizer_src: Path, arch: str = "LlamaForCa
     """`tied`: the output head is the embedding, so the model tends to echo its input (long
     repeats that prompt-lookup drafts predict); otherwise a random head (varied replies)."""
     src_config = json.loads((tokenizer_src / "config.json").read_text())
+    src_config = {**src_config.get("text_config", {}), **src_config}      # a multimodal source's text part
     vocab = src_config["vocab_size"]
     head_dim = hidden // heads
     config = {

@@ -70,8 +70,10 @@ CONSTRAINTS: list[dict[str, Any]] = [
 ]
 # In-process servers serve the model with this ChatML template: the model's own prompts, plus a
 # think block opened by the prompt when a request turns thinking on (SmolLM2's template has none).
-THINKING_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+THINKING_TEMPLATE = (          # image parts (--images) as Qwen's vision tokens
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.content is string %}{{ m.content }}{% else %}"
+    "{% for p in m.content %}{% if p.type == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif p.type == 'text' %}{{ p.text }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n"
     "{% if enable_thinking is defined and enable_thinking %}<think>\n{% endif %}{% endif %}")
 SAMPLINGS: list[dict[str, Any]] = [
@@ -106,7 +108,24 @@ class Tally:
             self.failures.append(f"case {case.index}: {note or 'token_sha differs'}")
 
 
-def make_cases(n: int, max_tokens: int, seed: int) -> list[Case]:
+def image_part(index: int) -> dict[str, Any]:
+    """A case's picture: a PNG data URL of random pixels, its size from the case."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(index)
+    size = (32 + 16 * (index % 5), 32 + 16 * (index % 3))
+    buf = io.BytesIO()
+    Image.fromarray((rng.random((size[1], size[0], 3)) * 255).astype(np.uint8)).save(buf, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def make_cases(n: int, max_tokens: int, seed: int, images: bool = False) -> list[Case]:
+    """`images`: every third case's user message carries a picture too."""
     rng = random.Random(seed)
     run_id = uuid.uuid4().hex[:8]
     out = []
@@ -122,6 +141,8 @@ def make_cases(n: int, max_tokens: int, seed: int) -> list[Case]:
             **SAMPLINGS[i % len(SAMPLINGS)],
             **(CONSTRAINTS[(i // 2) % len(CONSTRAINTS)] if i % 2 == 1 else {}),
         }
+        if images and i % 3 == 0:
+            body["messages"][1]["content"] = [{"type": "text", "text": user}, image_part(i)]
         out.append(Case(i, body))
     return out
 
@@ -270,7 +291,7 @@ def in_process_servers(args: argparse.Namespace) -> Iterator[dict[str, str]]:
 
     folder = resolve_model(args.model)
     common = {"engine": args.engine, "dtype": args.dtype, "device": args.device, "kv_memory": args.kv_memory,
-              "chat_template": THINKING_TEMPLATE}
+              "chat_template": THINKING_TEMPLATE, "vision": args.images}
     configs = {"main": EngineConfig(parallel=8, threads=max(2, args.threads or 2), **common),
                "threads1": EngineConfig(parallel=8, threads=1, **common),
                "chunk": EngineConfig(parallel=2, prefill_chunk=23, **common),
@@ -312,11 +333,13 @@ def run_exactness(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    cases = make_cases(args.cases, args.max_tokens, args.seed)
+    cases = make_cases(args.cases, args.max_tokens, args.seed, args.images)
     thinking = sum("thinking_budget" in c.body for c in cases)
     constrained = sum(any(k in c.body for k in ("guided_json", "guided_regex", "guided_choice", "guided_grammar",
                                                  "response_format", "tool_choice")) for c in cases)
-    print(f"{len(cases)} cases: {constrained} with a grammar or a forced tool call, {thinking} with a thinking budget")
+    pictures = sum(isinstance(c.body["messages"][1]["content"], list) for c in cases)
+    print(f"{len(cases)} cases: {constrained} with a grammar or a forced tool call, {thinking} with a thinking budget"
+          + (f", {pictures} with an image" if pictures else ""))
     if args.url:
         urls = {"main": args.url, "chunk": None, "threads1": None, "preempt": args.url, "model": None}
         tallies = asyncio.run(run_suite(urls, cases, args.preempt_cases, args.seed))
@@ -344,6 +367,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--preempt-cases", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--images", action="store_true",
+                   help="every third case sends a picture (a checkpoint with a vision tower; in-process: --vision)")
 
 
 if __name__ == "__main__":
