@@ -209,3 +209,35 @@ def test_an_images_rows_match_transformers_and_chunk_freely(vision_model):
             parts.append(r.forward(tokens[s:s + n], [seg], list(range(n))))
         assert_same(torch.cat(parts), ours, f"chunks of {chunk}")
     assert enc.encode(SimpleNamespace(rgb=None, digest="a picture")) is image     # cached by digest
+
+
+def test_torch_model_matches_transformers_and_keeps_its_bits(hybrid_model):
+    """The torch engine's hybrid (backends/torch/models/qwen3_5.py; CUDA in service, the CPU
+    here): transformers' logits, and the same bits in chunks, beside another sequence and
+    through verify rows in scratch slots."""
+    from transformers import Qwen3_5ForCausalLM
+
+    from tensorfold.backends.torch.runner import TorchRunner
+
+    r = TorchRunner(hybrid_model, dtype="float32", device="cpu")
+    r.allocate_kv(16, BS)
+    r.allocate_state(8)
+    rng = np.random.default_rng(4)
+    tokens, other = rng.integers(0, r.vocab_size, 40).tolist(), rng.integers(0, r.vocab_size, 9).tolist()
+    A, O = [0, 1, 2], [3]
+    whole = prefill(r, tokens, A, 0)
+    ref = Qwen3_5ForCausalLM.from_pretrained(hybrid_model, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = ref(torch.tensor([tokens])).logits[0]
+    assert (whole - want).abs().max().item() < 2e-3 * want.abs().max().item()
+    for chunk in (1, 7):
+        assert_same(prefill(r, tokens, A, 2, chunk), whole, f"chunks of {chunk}")
+    alone = prefill(r, other, O, 1)
+    both = r.forward(tokens + other, [r.segment(A, 0, 40, -1, [0] * 40), r.segment(O, 0, 9, -1, [1] * 9)],
+                     list(range(49)))
+    assert_same(both[:40], whole, "batched")
+    assert_same(both[40:], alone, "the other sequence")
+    head = prefill(r, tokens[:30], A, 2)
+    rows = r.forward(tokens[30:34], [r.segment(A, 30, 4, 2, [2, 4, 5, 6])], list(range(4)))
+    rest = r.forward(tokens[32:], [r.segment(A, 32, 8, 4, [4] * 8)], list(range(8)))     # kept two: slot 4
+    assert_same(torch.cat([head, rows[:2], rest]), whole, "verify rows, then on from the last kept one")

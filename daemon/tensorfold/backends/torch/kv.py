@@ -32,6 +32,8 @@ class Segment:
     table: torch.Tensor      # int64 [blocks]: the sequence's block table
     start: int
     rows: int
+    src: int = -1            # a hybrid's state slots (engine/states.py): the first row reads src,
+    dst: list[int] | None = None     # row j leaves its state in dst[j]
 
     def slots(self, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(block id, offset in block) of each row's position."""

@@ -8,7 +8,8 @@ from pathlib import Path
 import torch
 
 from ...checkpoints.errors import CheckpointError
-from ...checkpoints.files import iter_weights, read_config
+from ...checkpoints.files import gguf_file, iter_weights, read_config
+from ...native import hybrid as qwen35
 from ..host import host_budget
 from .kv import KVPool, Segment
 from .models import FAMILIES
@@ -38,7 +39,7 @@ def pick_dtype(name: str, device: torch.device) -> torch.dtype:
 
 class TorchRunner:
     def __init__(self, folder: Path, dtype: str = "auto", device: str = "auto") -> None:
-        config = read_config(folder)
+        config = qwen35.text_config(read_config(folder))
         arch = (config.get("architectures") or ["?"])[0]
         family = FAMILIES.get(arch)
         if family is None:
@@ -47,7 +48,15 @@ class TorchRunner:
         self.device = pick_device(device)
         self.dtype = pick_dtype(dtype, self.device)
         self.args = family.ModelArgs.from_config(config)
-        self.model = family.Model(self.args, iter_weights(folder), self.dtype, self.device)
+        self.hybrid = None
+        if arch in qwen35.ARCHITECTURES:
+            if gguf_file(folder):
+                raise UnsupportedModel(f"{folder.name}: a Qwen3.5 GGUF runs on the CPU engine; on torch give "
+                                       "its safetensors folder")
+            self.hybrid = qwen35.HybridArgs.from_config(qwen35.text_config(config))
+        extra = (self.hybrid,) if self.hybrid else ()
+        self.model = family.Model(self.args, iter_weights(folder), self.dtype, self.device, *extra)
+        self.attention_layers = self.hybrid.kinds.count(0) if self.hybrid else self.args.layers
         self.vocab_size = self.args.vocab_size
         self.max_positions = self.args.max_positions
         log.info("loaded %s (%s, %d layers) on %s in %s", folder.name, arch, self.args.layers,
@@ -59,18 +68,41 @@ class TorchRunner:
     def kv_bytes_per_token(self) -> int:
         """Bytes of keys and values one position takes across all layers."""
         a = self.args
-        return 2 * a.layers * a.kv_heads * a.head_dim * torch.finfo(self.dtype).bits // 8
+        return 2 * self.attention_layers * a.kv_heads * a.head_dim * torch.finfo(self.dtype).bits // 8
 
     def allocate_kv(self, num_blocks: int, block_size: int) -> None:
         a = self.args
-        self.kv = KVPool(a.layers, a.kv_heads, a.head_dim, num_blocks, block_size, self.dtype, self.device)
+        self.kv = KVPool(self.attention_layers, a.kv_heads, a.head_dim, num_blocks, block_size, self.dtype,
+                         self.device)
         log.info("KV pool: %d blocks of %d positions, %.1f MiB", num_blocks, block_size, self.kv.nbytes() / 2**20)
 
     def trim_kv(self, blocks: list[int]) -> None:
         """The pool is allocated whole (on CUDA, memory the server keeps): nothing to return."""
 
-    def segment(self, blocks: list[int], start: int, rows: int) -> Segment:
-        return Segment(torch.tensor(blocks, dtype=torch.int64, device=self.device), start, rows)
+    def segment(self, blocks: list[int], start: int, rows: int, src: int = -1, dst: list[int] | None = None,
+                images: tuple = ()) -> Segment:
+        if images:
+            raise ValueError("images run on the CPU engine")
+        if self.hybrid and (dst is None or len(dst) != rows or (src == -1) != (start == 0)):
+            raise ValueError("a hybrid's segment needs a state slot for each row, and a source slot unless it "
+                             "starts at position 0")
+        return Segment(torch.tensor(blocks, dtype=torch.int64, device=self.device), start, rows, src, dst)
+
+    # -- a hybrid's deltanet states (engine/states.py) -------------------------------------
+    def state_bytes(self) -> int:
+        return 4 * self.hybrid.state_floats if self.hybrid else 0
+
+    def allocate_state(self, slots: int) -> None:
+        from .models.qwen3_5 import States
+
+        self.model.states = States(self.hybrid, slots, self.device)
+
+    def copy_state(self, src: int, dst: int) -> None:
+        states = self.model.states
+        states.conv[dst], states.rule[dst] = states.conv[src], states.rule[src]
+
+    def trim_state(self, slots: list[int]) -> None:
+        """The slots are allocated whole (on CUDA, memory the server keeps): nothing to return."""
 
     def free_memory(self) -> int:
         """Bytes free for the KV pool (see engine/capacity.py)."""
