@@ -128,9 +128,11 @@ def write_hybrid_gguf(hf_folder: Path, path: Path, tokenizer_gguf: Path) -> Path
     from safetensors.numpy import load_file
 
     c = json.loads((hf_folder / "config.json").read_text())
+    c = c.get("text_config", c)
     hk, hv, dk, dv = (c["linear_num_key_heads"], c["linear_num_value_heads"], c["linear_key_head_dim"],
                       c["linear_value_head_dim"])
-    w = {k: v.astype(np.float32) for k, v in load_file(str(hf_folder / "model.safetensors")).items()}
+    w = {k.replace("model.language_model.", "model."): v.astype(np.float32)
+         for k, v in load_file(str(hf_folder / "model.safetensors")).items() if not k.startswith("model.visual.")}
     keys = 2 * hk * dk
 
     def tile(x: np.ndarray, size: int) -> np.ndarray:
@@ -265,3 +267,51 @@ def make_tiny_vision(out: Path, tokenizer_src: Path, seed: int = 0) -> Path:
         "merge_size": 2, "size": {"shortest_edge": 32 * 32, "longest_edge": 256 * 256},
         "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}))
     return out
+
+
+def write_mmproj(hf_folder: Path, path: Path) -> Path:
+    """A Qwen3.5 checkpoint's vision tower as llama.cpp's mmproj GGUF (what its converter
+    writes with --mmproj, checked tensor by tensor against it): the same tensors renamed,
+    the patch conv split into its two time steps, F32."""
+    import gguf
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    c = json.loads((hf_folder / "config.json").read_text())["vision_config"]
+    pre = json.loads((hf_folder / "preprocessor_config.json").read_text())
+    w = {k[len("model.visual."):]: v.astype(np.float32)
+         for k, v in load_file(str(hf_folder / "model.safetensors")).items() if k.startswith("model.visual.")}
+    names = {"attn.qkv": "attn_qkv", "attn.proj": "attn_out", "mlp.linear_fc1": "ffn_up",
+             "mlp.linear_fc2": "ffn_down", "norm1": "ln1", "norm2": "ln2"}
+    out = {"v.patch_embd.weight": w["patch_embed.proj.weight"][:, :, 0],
+           "v.patch_embd.weight.1": w["patch_embed.proj.weight"][:, :, 1],
+           "v.patch_embd.bias": w["patch_embed.proj.bias"], "v.position_embd.weight": w["pos_embed.weight"],
+           "v.post_ln.weight": w["merger.norm.weight"], "v.post_ln.bias": w["merger.norm.bias"],
+           "mm.0.weight": w["merger.linear_fc1.weight"], "mm.0.bias": w["merger.linear_fc1.bias"],
+           "mm.2.weight": w["merger.linear_fc2.weight"], "mm.2.bias": w["merger.linear_fc2.bias"]}
+    for i in range(c["depth"]):
+        for hf, gg in names.items():
+            for kind in ("weight", "bias"):
+                out[f"v.blk.{i}.{gg}.{kind}"] = w[f"blocks.{i}.{hf}.{kind}"]
+    writer = gguf.GGUFWriter(str(path), "clip")
+    writer.add_string("general.type", "mmproj")
+    writer.add_bool("clip.has_vision_encoder", True)
+    writer.add_string("clip.projector_type", "qwen3vl_merger")
+    for key, value in (("projection_dim", c["out_hidden_size"]), ("patch_size", c["patch_size"]),
+                       ("image_size", int(c["num_position_embeddings"] ** 0.5) * c["patch_size"]),
+                       ("embedding_length", c["hidden_size"]), ("feed_forward_length", c["intermediate_size"]),
+                       ("block_count", c["depth"]), ("attention.head_count", c["num_heads"]),
+                       ("spatial_merge_size", c["spatial_merge_size"])):
+        writer.add_uint32(f"clip.vision.{key}", value)
+    writer.add_array("clip.vision.image_mean", pre["image_mean"])
+    writer.add_array("clip.vision.image_std", pre["image_std"])
+    writer.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    writer.add_bool("clip.use_gelu", True)
+    writer.add_array("clip.vision.is_deepstack_layers", [False] * c["depth"])
+    for name, array in out.items():
+        writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

@@ -51,6 +51,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vision", action="store_true",
                    help="load the checkpoint's vision tower and take image parts (Qwen3.5 checkpoints; the CPU "
                         "engine); limits: --limit images=8 image_bytes=20971520 image_pixels=50000000")
+    p.add_argument("--mmproj", default=None, metavar="FILE",
+                   help="with --vision and a GGUF model: the vision tower as llama.cpp's mmproj GGUF")
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -63,7 +65,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                         threads=args.threads, ranks=args.ranks, parallel=parallel, prefill_chunk=args.prefill_chunk,
                         background_chunk=args.background_chunk, decode_share=args.decode_share,
                         kv_memory=args.kv_memory, draft_model=args.draft_model,
-                        chat_template=_read_template(args.chat_template), vision=getattr(args, "vision", False))
+                        chat_template=_read_template(args.chat_template), vision=getattr(args, "vision", False),
+                        mmproj=getattr(args, "mmproj", None))
 
 
 def _read_template(path: str | None) -> str | None:

@@ -34,6 +34,7 @@ class EngineConfig:
     draft_model: str | None = None      # a smaller model with the same tokenizer drafts; None: prompt lookup
     chat_template: str | None = None    # Jinja text replacing the checkpoint's chat template
     vision: bool = False                # load the checkpoint's vision tower: image parts are taken
+    mmproj: str | None = None           # a GGUF model's vision tower: llama.cpp's mmproj file
 
 
 AUTO_LANES = 8

@@ -100,6 +100,10 @@ def test_streamed_and_concurrent_replies_with_images_equal_solo(client, served):
     ([{"type": "image_url", "image_url": {"url": "x"}}] * 3, "messages", "limit is 2"),
     ([{"type": "image_url", "image_url": {"url": "x", "detail": "huge"}}], "messages[0].content", "detail"),
     ([{"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}], "messages[0].content", "audio"),
+    ([{"type": "image_url"}], "messages[0].content", "image_url.url"),
+    ([{"type": "image_url", "image_url": {"url": 5}}], "messages[0].content", "image_url.url"),
+    ([{"type": "video_url", "video_url": {"url": "x"}}], "messages[0].content", "video"),
+    ([{"type": "file", "file": {"file_id": "f"}}], "messages[0].content", "file"),
 ])
 def test_image_refusals_are_400s_that_say_why(client, served, content, param, words):
     with pytest.raises(openai.BadRequestError) as info:

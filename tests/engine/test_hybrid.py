@@ -182,7 +182,7 @@ def test_an_images_rows_match_transformers_and_chunk_freely(vision_model):
     from tensorfold.vision.encoder import VisionEncoder
     from tensorfold.vision.positions import Placed
 
-    enc = VisionEncoder(vision_model)
+    enc = VisionEncoder.from_folder(vision_model)
     rgb = PILImage.fromarray((np.random.default_rng(0).random((70, 100, 3)) * 255).astype(np.uint8))
     image = enc.encode(SimpleNamespace(rgb=rgb, digest="a picture"))
     assert image.grid == (1, 2, 3) and image.embeds.shape == (6, 64)
@@ -241,3 +241,47 @@ def test_torch_model_matches_transformers_and_keeps_its_bits(hybrid_model):
     rows = r.forward(tokens[30:34], [r.segment(A, 30, 4, 2, [2, 4, 5, 6])], list(range(4)))
     rest = r.forward(tokens[32:], [r.segment(A, 32, 8, 4, [4] * 8)], list(range(8)))     # kept two: slot 4
     assert_same(torch.cat([head, rows[:2], rest]), whole, "verify rows, then on from the last kept one")
+
+
+def test_gguf_with_mmproj_takes_images_as_transformers_does(vision_model, default_model, tmp_path, monkeypatch):
+    """The text as a qwen35 GGUF and the tower as an mmproj GGUF, both in llama.cpp's layout:
+    an image's logits are transformers' (bf16-exact weights kept exact, as above)."""
+    from PIL import Image as PILImage
+    from transformers import Qwen3_5ForConditionalGeneration
+
+    from tensorfold.checkpoints.files import gguf_file
+    from tensorfold.checkpoints.gguf_convert import convert_gguf
+    from tensorfold.checkpoints.tokenizer import Tokenizer
+    from tensorfold.native import quant
+    from tensorfold.native.runner import NativeRunner
+    from tensorfold.vision.encoder import VisionEncoder
+    from tensorfold.vision.positions import Placed
+    from tensorfold.vision.source import load_image
+    from tests.tiny import write_hybrid_gguf, write_mmproj
+
+    text = write_hybrid_gguf(vision_model, tmp_path / "text.gguf", gguf_file(default_model))
+    folder = convert_gguf(text, tmp_path / "converted", progress=False)
+    for name in ("tokenizer.json", "tokenizer_config.json"):          # the vision tokens (the test GGUF
+        (folder / name).write_bytes((vision_model / name).read_bytes())   # copies the default model's tokenizer)
+    enc = VisionEncoder.from_mmproj(write_mmproj(vision_model, tmp_path / "mmproj.gguf"), Tokenizer(folder).hf)
+    monkeypatch.setattr(quant, "DEFAULT_FLOAT_KIND", "bf16")
+    r = NativeRunner(folder, threads=1)
+    r.allocate_kv(16, BS)
+    r.allocate_state(2)
+    rgb = PILImage.fromarray((np.random.default_rng(0).random((70, 100, 3)) * 255).astype(np.uint8))
+    buf = __import__("io").BytesIO()
+    rgb.save(buf, format="PNG")
+    image = enc.encode(load_image("data:image/png;base64," + __import__("base64").b64encode(buf.getvalue()).decode()))
+    tokens = [10, 20, enc.start_token_id] + [enc.image_token_id] * image.tokens + [enc.end_token_id, 40, 50]
+    T = len(tokens)
+    ours = r.forward(tokens, [r.segment(list(range(16)), 0, T, -1, [0] * T, images=(Placed(3, image),))],
+                     list(range(T)))
+    ref = Qwen3_5ForConditionalGeneration.from_pretrained(vision_model, dtype=torch.float32).eval()
+    batch = enc.processor(images=[rgb], return_tensors="pt")
+    with torch.no_grad():
+        want = ref(input_ids=torch.tensor([tokens]), pixel_values=batch["pixel_values"].float(),
+                   image_grid_thw=batch["image_grid_thw"],
+                   mm_token_type_ids=torch.tensor([[int(t == enc.image_token_id) for t in tokens]])).logits[0]
+    assert image.grid == (1, 7, 10)        # Qwen3.5's processor: 100x70 grows past 65536 pixels (320x224)
+    assert (ours - want).abs().max().item() < 2e-3 * want.abs().max().item()
+    assert torch.equal(ours.argmax(-1), want.argmax(-1))

@@ -129,16 +129,21 @@ class AsyncEngine:
         """--vision: the checkpoint's vision tower (vision/encoder.py); refused where images
         cannot run (no tower, or an engine other than the CPU one)."""
         if not config.vision:
+            if config.mmproj:
+                raise CheckpointError("--mmproj gives the vision tower that --vision loads; pass both")
             return None
         from ..vision.encoder import VisionEncoder, has_vision_tower
 
-        if not has_vision_tower(folder):
+        if not config.mmproj and not has_vision_tower(folder):
             raise CheckpointError(f"--vision: {folder.name} has no vision tower (a Qwen3.5 checkpoint with its "
-                                  "vision_config and model.visual weights takes images)")
+                                  "vision_config and model.visual weights takes images; for a GGUF, give its "
+                                  "mmproj file with --mmproj)")
         if not getattr(self.runner, "image_inputs", None) or not self.runner.model.struct.mrope[0]:
             raise CheckpointError("--vision runs on the CPU engine with a Qwen3.5 checkpoint")
-        log.info("vision tower of %s loaded: images are taken", folder.name)
-        return VisionEncoder(folder)
+        vision = (VisionEncoder.from_mmproj(Path(config.mmproj), self.tokenizer.hf) if config.mmproj
+                  else VisionEncoder.from_folder(folder))
+        log.info("vision tower of %s loaded: images are taken", config.mmproj or folder.name)
+        return vision
 
     def _drafter(self, config: EngineConfig, plan: KVPlan) -> DraftModelDrafter:
         """Load --draft-model; refuse it unless it shares the target's tokenizer."""
