@@ -70,7 +70,8 @@ def test_bench_decode_against_mlxlm_and_its_server(tiny_model, capsys):
     assert code == 0, out
     assert "ratio (ours / mlx-lm)" in out and "greedy tokens equal to mlx-lm's: the first 6 of 6" in out
     line = next(x for x in out.splitlines() if x.startswith("mlx-lm 2 streams"))
-    assert math.isfinite(float(line.split()[3])), line
+    # a rate, or n/a when the server took the two streams one after the other (a busy machine)
+    assert line.split()[3] == "n/a" or math.isfinite(float(line.split()[3])), line
 
 
 def test_mlx_folder_written_for_mlxlm_server_loads_the_same_model(tiny_model, tmp_path):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import queue
 import statistics
 import sys
@@ -55,6 +56,15 @@ def lockstep_rate(times: list[list[float]]) -> float:
     start, end = max(t[0] for t in times), min(t[-1] for t in times)
     rounds = sum(start < t <= end for t in min(times, key=lambda t: t[-1]))
     return len(times) * rounds / (end - start) if rounds else float("nan")
+
+
+def _streams_line(name: str, n: int, many: float, one: float) -> None:
+    """The aggregate of n streams next to one stream's rate; n/a when the streams never
+    decoded at the same time (a server that took them one after the other)."""
+    if math.isfinite(many):
+        print(f"{name} {n} streams: {many:.1f} tok/s aggregate decode, {many / one:.2f}x its 1-stream {one:.1f}")
+    else:
+        print(f"{name} {n} streams: n/a (the streams never decoded at the same time); its 1-stream {one:.1f}")
 
 
 def bench_prompt(tokenizer, n_tokens: int) -> list[int]:
@@ -330,13 +340,9 @@ def side_by_side(args: argparse.Namespace, folder: Path, reference, prompt: list
         theirs_engine.close()
     ours_r = Rates.median(mine)
     _table(name, ours_r, Rates.median(theirs))
-    agg = statistics.median(streams)
-    print(f"tensorfold {len(prompts)} streams: {agg:.1f} tok/s aggregate decode, "
-          f"{agg / ours_r.decode_tps:.2f}x its 1-stream {ours_r.decode_tps:.1f}")
+    _streams_line("tensorfold", len(prompts), statistics.median(streams), ours_r.decode_tps)
     if their_many is not None:
-        their_one = Rates.median(theirs).decode_tps
-        print(f"{name} {len(prompts)} streams: {their_many:.1f} tok/s aggregate decode, "
-              f"{their_many / their_one:.2f}x its 1-stream {their_one:.1f}")
+        _streams_line(name, len(prompts), their_many, Rates.median(theirs).decode_tps)
     same = next((k for k, (a, b) in enumerate(zip(our_tokens, their_tokens)) if a != b),
                 min(len(our_tokens), len(their_tokens)))
     print(f"greedy tokens equal to {name}'s: the first {same} of {args.new_tokens}")
