@@ -116,7 +116,8 @@ class NativeModel:
                 L.qgate = self._weight(w, p + "self_attn.q_gate.weight")
             if kind == lib.DELTANET:
                 d = p + "linear_attn."
-                L.conv, L.dt_bias = self._f32(w[d + "conv1d.weight"]), self._f32(w[d + "dt_bias"])
+                taps = np.asarray(w[d + "conv1d.weight"], np.float32).reshape(hybrid.conv_dim, hybrid.conv_k).T
+                L.conv, L.dt_bias = self._f32(taps), self._f32(w[d + "dt_bias"])
                 L.decay_a, L.gnorm = self._f32(w[d + "decay_a"]), self._f32(w[d + "norm.weight"])
         self._keep.append(layers)
         m = self.struct = lib.Model()

@@ -81,26 +81,43 @@ static void split_(int64_t n, int ith, int nth, int64_t *a, int64_t *b) {
     *b = n * (ith + 1) / nth;
 }
 
+enum { DN_CHUNK = 256 };
+
+/* Channels c0..c0+n-1 of one row: out = SiLU(w[0] v[0] + w[1] v[1] + ... ) in that order,
+ * v[t] the history (hs; NULL: zeros) then x; the history the row leaves shifted into hd. */
+static TF_CLONES void conv_span(const float *w, const float *hs, float *hd, const float *x, float *out, int K,
+                                int64_t cd, int n) {
+    float acc[DN_CHUNK];
+    for (int t = 0; t < K; t++) {
+        const float *wt = w + t * cd;
+        const float *v = t == K - 1 ? x : hs ? hs + t * cd : NULL;
+        for (int c = 0; c < n; c++) {
+            float term = wt[c] * (v ? v[c] : 0.0f);
+            acc[c] = t == 0 ? term : acc[c] + term;
+        }
+    }
+    tf_silu(acc, out, n);
+    for (int t = 0; t < K - 1; t++) {
+        const float *v = t + 1 == K - 1 ? x : hs ? hs + (t + 1) * cd : NULL;
+        for (int c = 0; c < n; c++) hd[t * cd + c] = v ? v[c] : 0.0f;
+    }
+}
+
 /* Causal depthwise conv and SiLU over channels, every row in order; each row shifts its
  * input into the history it leaves in its dst slot. */
 static void conv_job(void *p, int ith, int nth) {
     dn_job *j = p;
-    int K = j->m->dn.conv_k, cd = j->cd;
-    int64_t g0, g1;
+    int K = j->m->dn.conv_k;
+    int64_t cd = j->cd, g0, g1;
     split_((cd + 15) / 16, ith, nth, &g0, &g1);
-    int c0 = (int)(g0 * 16), c1 = (int)(g1 * 16 < cd ? g1 * 16 : cd);
-    float v[16];
+    int64_t c0 = g0 * 16, c1 = g1 * 16 < cd ? g1 * 16 : cd;
     for (int r = 0; r < j->rows; r++) {
         const float *hs = dn_state(j, j->src[r]);
         float *hd = dn_state(j, j->dst[r]);
-        for (int c = c0; c < c1; c++) {
-            const float *w = j->L->conv + (int64_t)c * K;
-            for (int t = 0; t < K - 1; t++) v[t] = hs ? hs[(int64_t)t * cd + c] : 0.0f;
-            v[K - 1] = j->lin[(int64_t)r * j->lw + c];
-            float acc = w[0] * v[0];
-            for (int t = 1; t < K; t++) acc = acc + w[t] * v[t];
-            j->mix[(int64_t)r * cd + c] = silu_(acc);
-            for (int t = 0; t < K - 1; t++) hd[(int64_t)t * cd + c] = v[t + 1];
+        for (int64_t c = c0; c < c1; c += DN_CHUNK) {
+            int n = (int)(c1 - c < DN_CHUNK ? c1 - c : DN_CHUNK);
+            conv_span(j->L->conv + c, hs ? hs + c : NULL, hd + c, j->lin + (int64_t)r * j->lw + c,
+                      j->mix + (int64_t)r * cd + c, K, cd, n);
         }
     }
 }
@@ -131,6 +148,38 @@ static void prep_job(void *p, int ith, int nth) {
     }
 }
 
+/* One row of one value head (ss NULL: the zero state); each value lane's sums run over
+ * k_dim in order, so a vector of lanes gives the same bits as one lane at a time. */
+static TF_CLONES void rule_step(const float *ss, float *sd, const float *q, const float *k, const float *v,
+                                float g, float beta, int KD, int VD, float *mem, float *delta, float *o) {
+    for (int c = 0; c < VD; c++) mem[c] = 0.0f;
+    for (int i = 0; i < KD; i++) {
+        float *row = sd + (int64_t)i * VD, ki = k[i];
+        if (ss) {
+            const float *old = ss + (int64_t)i * VD;
+            for (int c = 0; c < VD; c++) {
+                float s = old[c] * g;
+                row[c] = s;
+                mem[c] = mem[c] + s * ki;
+            }
+        } else {
+            for (int c = 0; c < VD; c++) row[c] = 0.0f;
+        }
+    }
+    for (int c = 0; c < VD; c++) {
+        delta[c] = (v[c] - mem[c]) * beta;
+        o[c] = 0.0f;
+    }
+    for (int i = 0; i < KD; i++) {
+        float *row = sd + (int64_t)i * VD, ki = k[i], qi = q[i];
+        for (int c = 0; c < VD; c++) {
+            float s = row[c] + ki * delta[c];
+            row[c] = s;
+            o[c] = o[c] + s * qi;
+        }
+    }
+}
+
 /* The delta rule of value heads split among threads, every row in order:
  *   S = S * decay;  mem = k . S;  delta = (v - mem) * beta;  S = S + k (x) delta;  o = q . S
  * (S [k_dim][v_dim]; the dots sum over k_dim in order, for each value lane). */
@@ -149,29 +198,8 @@ static void rule_job(void *p, int ith, int nth) {
             const float *v = x + (int64_t)2 * HK * KD + h * VD;
             float *sd = dn_state(j, j->dst[r]) + (int64_t)(d->conv_k - 1) * cd + h * S;
             float *ss = j->src[r] < 0 ? NULL : dn_state(j, j->src[r]) + (int64_t)(d->conv_k - 1) * cd + h * S;
-            float g = j->decay[(int64_t)r * HV + h], beta = j->beta[(int64_t)r * HV + h];
-            for (int c = 0; c < VD; c++) mem[c] = 0.0f;
-            for (int i = 0; i < KD; i++) {
-                float *row = sd + (int64_t)i * VD;
-                const float *old = ss ? ss + (int64_t)i * VD : NULL;
-                for (int c = 0; c < VD; c++) {
-                    float s = old ? old[c] * g : 0.0f;
-                    row[c] = s;
-                    mem[c] = mem[c] + s * k[i];
-                }
-            }
-            for (int c = 0; c < VD; c++) {
-                delta[c] = (v[c] - mem[c]) * beta;
-                o[c] = 0.0f;
-            }
-            for (int i = 0; i < KD; i++) {
-                float *row = sd + (int64_t)i * VD;
-                for (int c = 0; c < VD; c++) {
-                    float s = row[c] + k[i] * delta[c];
-                    row[c] = s;
-                    o[c] = o[c] + s * q[i];
-                }
-            }
+            rule_step(ss, sd, q, k, v, j->decay[(int64_t)r * HV + h], j->beta[(int64_t)r * HV + h], KD, VD, mem,
+                      delta, o);
             memcpy(j->core + ((int64_t)r * HV + h) * VD, o, sizeof(float) * (size_t)VD);
         }
     }

@@ -83,7 +83,7 @@ typedef struct {
  *              output is multiplied by sigmoid(qgate . x) before o.
  *   deltanet   q = in_qkv, z, b, a the input projections (in_qkv: the conv_dim
  *              channels of q, k and v), o the output projection; `conv` the causal
- *              depthwise conv [conv_dim][conv_k]; `dt_bias` and `decay_a` (-exp(A_log))
+ *              depthwise conv [conv_k][conv_dim] (tap t of every channel together); `dt_bias` and `decay_a` (-exp(A_log))
  *              per value head; `gnorm` the gated RMSNorm weight [v_dim].
  * `slot`: the layer's index among the model's layers of its kind (its KV layer, or its
  * part of a state slot). */

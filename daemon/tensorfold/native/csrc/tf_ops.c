@@ -81,6 +81,10 @@ static inline float exp_(float x) {
 
 float tf_exp(float x) { return exp_(x); }
 
+TF_CLONES void tf_silu(const float *x, float *out, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] / (exp_(-x[i]) + 1.0f);
+}
+
 TF_CLONES void tf_silu_mul(const float *g, const float *u, float *out, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float e = exp_(-g[i]) + 1.0f;

@@ -19,6 +19,7 @@ float tf_exp(float x);
 /* each of G rows of L scores (stride apart) as exp(s - max), den[g] their lanes8 sum (attention) */
 void tf_softmax_rows(float *s, int G, int L, int stride, float *den);
 void tf_silu_mul(const float *g, const float *u, float *out, int64_t n);
+void tf_silu(const float *x, float *out, int64_t n);           /* x / (exp(-x) + 1) */
 void tf_rms_norm(const float *x, const float *w, float eps, int k, float *out);
 void tf_rope(float *x, const float *c, const float *s, int d);
 uint16_t tf_f2h(float f);
