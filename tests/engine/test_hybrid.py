@@ -285,3 +285,31 @@ def test_gguf_with_mmproj_takes_images_as_transformers_does(vision_model, defaul
     assert image.grid == (1, 7, 10)        # Qwen3.5's processor: 100x70 grows past 65536 pixels (320x224)
     assert (ours - want).abs().max().item() < 2e-3 * want.abs().max().item()
     assert torch.equal(ours.argmax(-1), want.argmax(-1))
+
+
+def test_a_hybrid_draft_model_goes_on_from_the_state_of_the_last_kept_position(hybrid_model):
+    """A hybrid drafting: after its guesses are cut short (rejected) or taken, its next
+    proposal is the one a fresh drafter makes from the same tokens, whatever it fed before."""
+    from tensorfold.engine.drafting.model import DraftModelDrafter
+    from tensorfold.engine.types import SamplingParams
+    from tensorfold.native.runner import NativeRunner
+
+    def drafter():
+        return DraftModelDrafter(NativeRunner(hybrid_model, threads=1), 32, BS, prefill_chunk=7, lanes=2)
+
+    sampling = SamplingParams(temperature=0.0)
+    rng = np.random.default_rng(8)
+    prompt = rng.integers(0, 49152, 30).tolist()
+    d = drafter()
+    d.start("s", prompt, sampling)
+    tokens = list(prompt)
+    for step in range(6):
+        guesses = d.propose("s", tokens, 4)
+        assert len(guesses) == 4
+        fresh = drafter()
+        fresh.start("s", prompt, sampling)
+        assert fresh.propose("s", tokens, 4) == guesses, f"step {step}"
+        kept = guesses[:step % 3]               # some taken, the rest rejected, then another token
+        tokens += kept + [int(rng.integers(0, 49152))]
+    d.finish("s")
+    assert d.states.available == d.states.slots

@@ -154,12 +154,9 @@ class AsyncEngine:
             raise CheckpointError(f"--draft-model {folder.name} does not use the tokenizer of "
                                   f"{self.model_name}; a draft model must share its target's tokenizer")
         runner = make_runner(folder, replace(config, ranks=1))     # drafts on rank 0; verified on every rank
-        if getattr(runner, "state_bytes", lambda: 0)():
-            raise CheckpointError(f"--draft-model {folder.name}: a Qwen3.5 hybrid cannot draft yet (its state "
-                                  "cannot step back past a rejected guess); use a Llama-family draft model or "
-                                  "the default prompt lookup")
         log.info("drafting with %s", folder.name)
-        return DraftModelDrafter(runner, plan.num_blocks, plan.block_size, config.prefill_chunk)
+        return DraftModelDrafter(runner, plan.num_blocks, plan.block_size, config.prefill_chunk,
+                                 lanes=config.parallel or AUTO_LANES)
 
     def grammar_compiler(self, timeout: float | None = None) -> Any:
         """The grammar compiler for this tokenizer (built on first use, which takes a
