@@ -286,7 +286,7 @@ def in_process_servers(args: argparse.Namespace) -> Iterator[dict[str, str]]:
     from .config import EngineConfig, ServerConfig
     from .backends.torch.runner import pick_device
     from .engine.async_engine import AsyncEngine, pick_engine
-    from .native.hybrid import is_hybrid
+    from .checkpoints.qwen35 import is_hybrid
     from .parsers import parser_for_template
 
     folder = resolve_model(args.model)

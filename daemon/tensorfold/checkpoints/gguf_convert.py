@@ -61,7 +61,7 @@ _BLOCK_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
     # qwen35 (llama.cpp's layout: zero-centered norms stored as 1 + weight, ssm_a as
-    # -exp(A_log), the deltanet's value heads in tiled order; native/hybrid.py)
+    # -exp(A_log), the deltanet's value heads in tiled order; checkpoints/qwen35.py)
     "post_attention_norm": "post_attention_layernorm",
     "attn_qkv": "linear_attn.in_proj_qkv",
     "attn_gate": "linear_attn.in_proj_z",

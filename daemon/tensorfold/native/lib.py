@@ -34,9 +34,6 @@ class Weight(C.Structure):
                 ("q", C.c_void_p), ("s", C.c_void_p), ("bias", C.c_void_p)]
 
 
-ATTENTION, DELTANET = 0, 1        # a layer's kind (TF_ATTENTION, TF_DELTANET)
-
-
 class Layer(C.Structure):
     _fields_ = [(name, Weight) for name in ("q", "k", "v", "o", "gate", "up", "down")] + [
                 ("attn_norm", C.c_void_p), ("mlp_norm", C.c_void_p),

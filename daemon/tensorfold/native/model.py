@@ -23,8 +23,8 @@ from ..backends.torch.kernels import rope_tables
 from ..backends.torch.models.llama import ModelArgs, inverse_frequencies
 from ..checkpoints.errors import CheckpointError
 from ..checkpoints.files import gguf_file, iter_safetensors
+from ..checkpoints.qwen35 import ATTENTION, DELTANET, HybridArgs, hf_weights
 from . import lib, quant
-from .hybrid import HybridArgs, hf_weights
 from .shard import Shard, take_bias, take_rows
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class NativeModel:
         w = _load_gguf(source, args, hybrid) if source else _load_safetensors(folder, weights, args, hybrid)
         self.args = args
         self.hybrid = hybrid
-        self.kinds = hybrid.kinds if hybrid else (lib.ATTENTION,) * args.layers
+        self.kinds = hybrid.kinds if hybrid else (ATTENTION,) * args.layers
         self.shard = shard
         self._keep: list[object] = []
         a = args
@@ -105,7 +105,7 @@ class NativeModel:
             p = f"model.layers.{i}."
             L = layers[i]
             L.kind, L.slot = kind, self.kinds[:i].count(kind)
-            for field, part in (_DELTANET if kind == lib.DELTANET else _PARTS).items():
+            for field, part in (_DELTANET if kind == DELTANET else _PARTS).items():
                 setattr(L, field, self._weight(w, p + part + ".weight", w.get(p + part + ".bias")))
             L.attn_norm = self._f32(w[p + "input_layernorm.weight"])
             L.mlp_norm = self._f32(w[p + "post_attention_layernorm.weight"])
@@ -114,7 +114,7 @@ class NativeModel:
                 L.k_norm = self._f32(w[p + "self_attn.k_norm.weight"])
             if p + "self_attn.q_gate.weight" in w:
                 L.qgate = self._weight(w, p + "self_attn.q_gate.weight")
-            if kind == lib.DELTANET:
+            if kind == DELTANET:
                 d = p + "linear_attn."
                 taps = np.asarray(w[d + "conv1d.weight"], np.float32).reshape(hybrid.conv_dim, hybrid.conv_k).T
                 L.conv, L.dt_bias = self._f32(taps), self._f32(w[d + "dt_bias"])
@@ -170,7 +170,7 @@ class NativeModel:
     # -- KV ------------------------------------------------------------------------
     @property
     def attention_layers(self) -> int:
-        return self.kinds.count(lib.ATTENTION)
+        return self.kinds.count(ATTENTION)
 
     def kv_bytes_per_token(self, every_rank: bool = False) -> int:
         """fp16 keys and values of one position in every attention layer: this rank's kv

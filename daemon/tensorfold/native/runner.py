@@ -13,7 +13,7 @@ from ..backends.rows import Segment, check_rows
 from ..backends.torch.models.llama import ModelArgs
 from ..backends.torch.runner import UnsupportedModel
 from ..checkpoints.files import read_config
-from . import hybrid as qwen35
+from ..checkpoints import qwen35
 from . import lib
 from . import quant
 from .model import NativeModel

@@ -9,7 +9,7 @@ import torch
 
 from ...checkpoints.errors import CheckpointError
 from ...checkpoints.files import gguf_file, iter_weights, read_config
-from ...native import hybrid as qwen35
+from ...checkpoints import qwen35
 from ..host import host_budget
 from .kv import KVPool, Segment
 from .models import FAMILIES
@@ -56,7 +56,7 @@ class TorchRunner:
             self.hybrid = qwen35.HybridArgs.from_config(qwen35.text_config(config))
         extra = (self.hybrid,) if self.hybrid else ()
         self.model = family.Model(self.args, iter_weights(folder), self.dtype, self.device, *extra)
-        self.attention_layers = self.hybrid.kinds.count(0) if self.hybrid else self.args.layers
+        self.attention_layers = self.hybrid.kinds.count(qwen35.ATTENTION) if self.hybrid else self.args.layers
         self.vocab_size = self.args.vocab_size
         self.max_positions = self.args.max_positions
         log.info("loaded %s (%s, %d layers) on %s in %s", folder.name, arch, self.args.layers,

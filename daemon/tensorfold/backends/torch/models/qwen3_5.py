@@ -17,8 +17,8 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
-from ....native.hybrid import ARCHITECTURES as HYBRIDS
-from ....native.hybrid import HybridArgs, hf_weights, text_config
+from ....checkpoints.qwen35 import ARCHITECTURES as HYBRIDS
+from ....checkpoints.qwen35 import DELTANET, HybridArgs, hf_weights, text_config
 from ..kernels import apply_rope, exact_exp32, linear, paged_attention, rms_norm, rope_tables, silu_mul
 from ..kv import KVPool, Segment
 from . import llama
@@ -187,7 +187,7 @@ class Model(llama.Model):
         self.lm_head = w.get("lm_head.weight", self.embed)
         kinds = hybrid.kinds
         self.layers = [DeltaNetLayer(w, f"model.layers.{i}.", args, hybrid, kinds[:i].count(kind))
-                       if kind == 1 else AttentionLayer(w, f"model.layers.{i}.", args, kinds[:i].count(kind))
+                       if kind == DELTANET else AttentionLayer(w, f"model.layers.{i}.", args, kinds[:i].count(kind))
                        for i, kind in enumerate(kinds)]
         rd = hybrid.rot_dim
         inv = 1.0 / (args.rope_theta ** (torch.arange(0, rd, 2, dtype=torch.float64) / rd))

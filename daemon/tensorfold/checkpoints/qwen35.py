@@ -1,5 +1,5 @@
-"""The Qwen3.5 hybrids on the CPU: their config, and their weights in the form the
-native forward reads.
+"""The Qwen3.5 hybrids' checkpoints: their config, and their Hugging Face weights in the
+form both engines read (native/model.py, backends/torch/models/qwen3_5.py).
 
 In every `full_attention_interval` layers, the last is gated attention (q_proj
 gives each head's query and its output gate side by side; q and k RMS-normed;
@@ -16,17 +16,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checkpoints.errors import CheckpointError
-from . import lib
+from .errors import CheckpointError
 
 ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration")
+ATTENTION, DELTANET = 0, 1      # a layer's kind (as tf_kernels.h numbers them)
 _CENTERED = ("input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",
              "self_attn.k_norm.weight")
 
 
 @dataclass(frozen=True, slots=True)
 class HybridArgs:
-    kinds: tuple[int, ...]          # per layer: lib.ATTENTION or lib.DELTANET
+    kinds: tuple[int, ...]          # per layer: ATTENTION or DELTANET
     rot_dim: int                    # the leading dims of a head that rope turns
     k_heads: int
     v_heads: int
@@ -41,7 +41,7 @@ class HybridArgs:
 
     @property
     def deltanet_layers(self) -> int:
-        return self.kinds.count(lib.DELTANET)
+        return self.kinds.count(DELTANET)
 
     @property
     def state_floats(self) -> int:
@@ -61,7 +61,7 @@ class HybridArgs:
         head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
         rope = c.get("rope_parameters") or {}
         factor = rope.get("partial_rotary_factor", c.get("partial_rotary_factor", 1.0))
-        args = cls(kinds=tuple(lib.ATTENTION if t == "full_attention" else lib.DELTANET for t in types),
+        args = cls(kinds=tuple(ATTENTION if t == "full_attention" else DELTANET for t in types),
                    rot_dim=int(head_dim * factor), k_heads=c["linear_num_key_heads"],
                    v_heads=c["linear_num_value_heads"], k_dim=c["linear_key_head_dim"],
                    v_dim=c["linear_value_head_dim"], conv_k=c.get("linear_conv_kernel_dim", 4),
@@ -78,7 +78,7 @@ class HybridArgs:
 
 def is_hybrid(folder) -> bool:
     """Whether the checkpoint in `folder` is a Qwen3.5 hybrid (by its config)."""
-    from ..checkpoints.files import read_config
+    from .files import read_config
 
     return (read_config(folder).get("architectures") or ["?"])[0] in ARCHITECTURES
 
