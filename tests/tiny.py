@@ -91,20 +91,28 @@ def make_tiny_hybrid(out: Path, tokenizer_src: Path, seed: int = 0, layers: int 
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
     src_config = json.loads((tokenizer_src / "config.json").read_text())
-    config = Qwen3_5TextConfig(
-        vocab_size=src_config["vocab_size"], hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_key_heads=2,
-        linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
-        max_position_embeddings=2048, tie_word_embeddings=tied, bos_token_id=src_config.get("bos_token_id"),
-        eos_token_id=src_config.get("eos_token_id"),
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
-                         "mrope_section": [2, 1, 1], "mrope_interleaved": True})
+    config = Qwen3_5TextConfig(**_hybrid_text(src_config, src_config["vocab_size"], layers, tie_word_embeddings=tied,
+                                              bos_token_id=src_config.get("bos_token_id")))
     torch.manual_seed(seed)
-    model = Qwen3_5ForCausalLM(config).eval()
+    return _save_random(Qwen3_5ForCausalLM(config), out, tokenizer_src)
+
+
+def _hybrid_text(src_config: dict, vocab: int, layers: int, **extra) -> dict:
+    """The tiny hybrid's text config: 4 heads of 32 (rope on 8 dims), deltanet heads of 16."""
+    return dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_key_heads=2,
+                linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                linear_conv_kernel_dim=4, max_position_embeddings=2048, eos_token_id=src_config.get("eos_token_id"),
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                                 "mrope_section": [2, 1, 1], "mrope_interleaved": True}, **extra)
+
+
+def _save_random(model, out: Path, tokenizer_src: Path) -> Path:
+    """`model` with random bf16-exact weights, saved with `tokenizer_src`'s tokenizer files."""
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for name, p in model.eval().named_parameters():
             scale = 0.1 if "norm" in name else 0.5 if ("A_log" in name or "dt_bias" in name) else \
-                1.0 if "embed" in name else 0.15
+                1.0 if "embed_tokens" in name else 0.15
             p.copy_((torch.randn_like(p) * scale).to(torch.bfloat16).to(torch.float32))
     model.save_pretrained(out)
     for name in TOKENIZER_FILES:
@@ -199,13 +207,7 @@ def write_hybrid_gguf(hf_folder: Path, path: Path, tokenizer_gguf: Path) -> Path
                 writer.add_bool(key, value)
             else:
                 writer.add_uint32(key, int(value))
-    for name, array in out.items():
-        writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return _write_tensors(writer, out, path)
 
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>")
@@ -229,27 +231,13 @@ def make_tiny_vision(out: Path, tokenizer_src: Path, seed: int = 0) -> Path:
     src_config = json.loads((tokenizer_src / "config.json").read_text())
     vocab = src_config["vocab_size"]
     start, end, pad = vocab, vocab + 1, vocab + 2
-    text = dict(vocab_size=vocab + 8, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_key_heads=2,
-                linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
-                linear_conv_kernel_dim=4, max_position_embeddings=2048, eos_token_id=src_config.get("eos_token_id"),
-                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
-                                 "mrope_section": [2, 1, 1], "mrope_interleaved": True})
+    text = _hybrid_text(src_config, vocab + 8, 4)
     vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16, temporal_patch_size=2,
                   spatial_merge_size=2, out_hidden_size=64, num_position_embeddings=16)
     config = Qwen3_5Config(text_config=text, vision_config=vision, image_token_id=pad, vision_start_token_id=start,
                            vision_end_token_id=end, video_token_id=vocab + 3)
     torch.manual_seed(seed)
-    model = Qwen3_5ForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            scale = 0.1 if "norm" in name else 0.5 if ("A_log" in name or "dt_bias" in name) else \
-                1.0 if "embed_tokens" in name else 0.15
-            p.copy_((torch.randn_like(p) * scale).to(torch.bfloat16).to(torch.float32))
-    model.save_pretrained(out)
-    for name in TOKENIZER_FILES:
-        if (tokenizer_src / name).exists() and name != "generation_config.json":
-            shutil.copy(tokenizer_src / name, out / name)
+    _save_random(Qwen3_5ForConditionalGeneration(config), out, tokenizer_src)
     tok = json.loads((out / "tokenizer.json").read_text())
     for i, content in zip((start, end, pad), VISION_TOKENS):
         tok["added_tokens"].append({"id": i, "content": content, "single_word": False, "lstrip": False,
@@ -308,7 +296,14 @@ def write_mmproj(hf_folder: Path, path: Path) -> Path:
     writer.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
     writer.add_bool("clip.use_gelu", True)
     writer.add_array("clip.vision.is_deepstack_layers", [False] * c["depth"])
-    for name, array in out.items():
+    return _write_tensors(writer, out, path)
+
+
+def _write_tensors(writer, tensors: dict, path: Path) -> Path:
+    """Add `tensors` as F32 and write the GGUF out."""
+    import numpy as np
+
+    for name, array in tensors.items():
         writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -42,6 +42,26 @@ def prefill(r, tokens, table, slot, chunk: int | None = None) -> torch.Tensor:
     return torch.cat(out)
 
 
+def assert_like_transformers(ours: torch.Tensor, want: torch.Tensor) -> None:
+    """Our fp32 arithmetic against transformers' fp32 reference on bf16-exact weights: within
+    a few ulps of the logits' scale (its chunked delta rule sums in another order), same argmax."""
+    assert (ours - want).abs().max().item() < 2e-3 * want.abs().max().item()
+    assert torch.equal(ours.argmax(-1), want.argmax(-1))
+
+
+def transformers_image_logits(folder, enc, rgb, tokens: list[int]) -> torch.Tensor:
+    """transformers' multimodal forward of `tokens` with the picture `rgb` (processed by our
+    encoder's processor) at its pad tokens."""
+    from transformers import Qwen3_5ForConditionalGeneration
+
+    ref = Qwen3_5ForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
+    batch = enc.processor(images=[rgb], return_tensors="pt")
+    with torch.no_grad():
+        return ref(input_ids=torch.tensor([tokens]), pixel_values=batch["pixel_values"].float(),
+                   image_grid_thw=batch["image_grid_thw"],
+                   mm_token_type_ids=torch.tensor([[int(t == enc.image_token_id) for t in tokens]])).logits[0]
+
+
 def test_logits_match_transformers(hybrid_model, runner):
     """bf16-exact weights kept as bf16: our fp32 arithmetic against transformers' fp32
     reference (its chunked delta rule sums in another order; the bound is a few ulps of
@@ -55,8 +75,7 @@ def test_logits_match_transformers(hybrid_model, runner):
     ref = Qwen3_5ForCausalLM.from_pretrained(hybrid_model, dtype=torch.float32).eval()
     with torch.no_grad():
         want = ref(torch.tensor([tokens])).logits[0]
-    assert (ours - want).abs().max().item() < 2e-3 * want.abs().max().item()
-    assert torch.equal(ours.argmax(-1), want.argmax(-1))
+    assert_like_transformers(ours, want)
 
 
 def test_state_bits_the_same_however_run(runner):
@@ -165,8 +184,7 @@ def test_gguf_in_llama_cpp_layout_matches_transformers(hybrid_model, default_mod
     ref = Qwen3_5ForCausalLM.from_pretrained(hybrid_model, dtype=torch.float32).eval()
     with torch.no_grad():
         want = ref(torch.tensor([tokens])).logits[0]
-    assert (ours - want).abs().max().item() < 2e-3 * want.abs().max().item()
-    assert torch.equal(ours.argmax(-1), want.argmax(-1))
+    assert_like_transformers(ours, want)
 
 
 def test_an_images_rows_match_transformers_and_chunk_freely(vision_model):
@@ -176,8 +194,6 @@ def test_an_images_rows_match_transformers_and_chunk_freely(vision_model):
     from types import SimpleNamespace
 
     from PIL import Image as PILImage
-    from transformers import Qwen3_5ForConditionalGeneration
-
     from tensorfold.native.runner import NativeRunner
     from tensorfold.vision.encoder import VisionEncoder
     from tensorfold.vision.positions import Placed
@@ -193,14 +209,8 @@ def test_an_images_rows_match_transformers_and_chunk_freely(vision_model):
     r.allocate_state(2)
     T, placed = len(tokens), (Placed(len(pre), image),)
     ours = r.forward(tokens, [r.segment([0, 1], 0, T, -1, [0] * T, images=placed)], list(range(T)))
-    ref = Qwen3_5ForConditionalGeneration.from_pretrained(vision_model, dtype=torch.float32).eval()
-    batch = enc.processor(images=[rgb], return_tensors="pt")
-    with torch.no_grad():
-        want = ref(input_ids=torch.tensor([tokens]), pixel_values=batch["pixel_values"].float(),
-                   image_grid_thw=batch["image_grid_thw"],
-                   mm_token_type_ids=torch.tensor([[int(t == enc.image_token_id) for t in tokens]])).logits[0]
-    assert (ours - want).abs().max().item() < 2e-3 * want.abs().max().item()
-    assert torch.equal(ours.argmax(-1), want.argmax(-1))
+    want = transformers_image_logits(vision_model, enc, rgb, tokens)
+    assert_like_transformers(ours, want)
     for chunk in (1, 5):
         parts = []
         for s in range(0, T, chunk):
@@ -229,7 +239,7 @@ def test_torch_model_matches_transformers_and_keeps_its_bits(hybrid_model):
     ref = Qwen3_5ForCausalLM.from_pretrained(hybrid_model, dtype=torch.float32).eval()
     with torch.no_grad():
         want = ref(torch.tensor([tokens])).logits[0]
-    assert (whole - want).abs().max().item() < 2e-3 * want.abs().max().item()
+    assert_like_transformers(whole, want)
     for chunk in (1, 7):
         assert_same(prefill(r, tokens, A, 2, chunk), whole, f"chunks of {chunk}")
     alone = prefill(r, other, O, 1)
@@ -247,7 +257,6 @@ def test_gguf_with_mmproj_takes_images_as_transformers_does(vision_model, defaul
     """The text as a qwen35 GGUF and the tower as an mmproj GGUF, both in llama.cpp's layout:
     an image's logits are transformers' (bf16-exact weights kept exact, as above)."""
     from PIL import Image as PILImage
-    from transformers import Qwen3_5ForConditionalGeneration
 
     from tensorfold.checkpoints.files import gguf_file
     from tensorfold.checkpoints.gguf_convert import convert_gguf
@@ -276,15 +285,9 @@ def test_gguf_with_mmproj_takes_images_as_transformers_does(vision_model, defaul
     T = len(tokens)
     ours = r.forward(tokens, [r.segment(list(range(16)), 0, T, -1, [0] * T, images=(Placed(3, image),))],
                      list(range(T)))
-    ref = Qwen3_5ForConditionalGeneration.from_pretrained(vision_model, dtype=torch.float32).eval()
-    batch = enc.processor(images=[rgb], return_tensors="pt")
-    with torch.no_grad():
-        want = ref(input_ids=torch.tensor([tokens]), pixel_values=batch["pixel_values"].float(),
-                   image_grid_thw=batch["image_grid_thw"],
-                   mm_token_type_ids=torch.tensor([[int(t == enc.image_token_id) for t in tokens]])).logits[0]
+    want = transformers_image_logits(vision_model, enc, rgb, tokens)
     assert image.grid == (1, 7, 10)        # Qwen3.5's processor: 100x70 grows past 65536 pixels (320x224)
-    assert (ours - want).abs().max().item() < 2e-3 * want.abs().max().item()
-    assert torch.equal(ours.argmax(-1), want.argmax(-1))
+    assert_like_transformers(ours, want)
 
 
 def test_a_hybrid_draft_model_goes_on_from_the_state_of_the_last_kept_position(hybrid_model):

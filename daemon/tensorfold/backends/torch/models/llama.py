@@ -69,6 +69,22 @@ def inverse_frequencies(args: ModelArgs) -> torch.Tensor:
     return torch.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
 
 
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segments: list[Segment], kv: KVPool,
+           layer: int) -> torch.Tensor:
+    """Write each segment's keys and values into KV layer `layer` ([blocks, kv, B, hd]) and
+    attend its queries over its blocks; [rows, heads * hd]."""
+    k_pool, v_pool = kv.k[layer], kv.v[layer]
+    outs, row = [], 0
+    for seg in segments:
+        blocks, offsets = seg.slots(kv.block_size)
+        rows = slice(row, row + seg.rows)
+        k_pool[blocks, :, offsets] = k[:, rows].transpose(0, 1)
+        v_pool[blocks, :, offsets] = v[:, rows].transpose(0, 1)
+        outs.append(paged_attention(q[:, rows], k_pool, v_pool, seg.table, seg.start))
+        row += seg.rows
+    return torch.cat(outs) if len(outs) > 1 else outs[0]
+
+
 class Layer:
     def __init__(self, w: dict[str, torch.Tensor], prefix: str, args: ModelArgs) -> None:
         a = prefix + "self_attn."
@@ -93,16 +109,7 @@ class Layer:
         h = rms_norm(x, self.attn_norm, a.rms_norm_eps)                    # [rows, hidden]
         q, k, v = self.project_qkv(h)                                      # [heads, rows, hd]
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        k_pool, v_pool = kv.k[layer], kv.v[layer]                          # [blocks, kv, B, hd]
-        outs, row = [], 0
-        for seg in segments:
-            blocks, offsets = seg.slots(kv.block_size)
-            rows = slice(row, row + seg.rows)
-            k_pool[blocks, :, offsets] = k[:, rows].transpose(0, 1)
-            v_pool[blocks, :, offsets] = v[:, rows].transpose(0, 1)
-            outs.append(paged_attention(q[:, rows], k_pool, v_pool, seg.table, seg.start))
-            row += seg.rows
-        x = x + linear(torch.cat(outs) if len(outs) > 1 else outs[0], self.o)
+        x = x + linear(attend(q, k, v, segments, kv, layer), self.o)
         h = rms_norm(x, self.mlp_norm, a.rms_norm_eps)
         return x + linear(silu_mul(linear(h, self.gate), linear(h, self.up)), self.down)
 

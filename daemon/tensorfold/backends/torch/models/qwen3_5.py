@@ -19,7 +19,7 @@ import torch
 
 from ....checkpoints.qwen35 import ARCHITECTURES as HYBRIDS
 from ....checkpoints.qwen35 import DELTANET, HybridArgs, hf_weights, text_config
-from ..kernels import apply_rope, exact_exp32, linear, paged_attention, rms_norm, rope_tables, silu_mul
+from ..kernels import apply_rope, exact_exp32, linear, rms_norm, rope_tables, silu_mul
 from ..kv import KVPool, Segment
 from . import llama
 
@@ -83,8 +83,8 @@ class AttentionLayer(llama.Layer):
         self.q_norm, self.k_norm = w[prefix + "self_attn.q_norm.weight"], w[prefix + "self_attn.k_norm.weight"]
         self.slot = slot
 
-    def forward(self, x: torch.Tensor, segments: list[Segment], kv: KVPool, cos: torch.Tensor,
-                sin: torch.Tensor, states: States | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, layer: int, segments: list[Segment], kv: KVPool, cos: torch.Tensor,
+                sin: torch.Tensor) -> torch.Tensor:
         a = self.args
         h = rms_norm(x, self.attn_norm, a.rms_norm_eps)
         q, k, v = self.project_qkv(h)
@@ -92,16 +92,7 @@ class AttentionLayer(llama.Layer):
         rd = cos.shape[-1]
         q = torch.cat((apply_rope(q[..., :rd], cos, sin), q[..., rd:]), dim=-1)
         k = torch.cat((apply_rope(k[..., :rd], cos, sin), k[..., rd:]), dim=-1)
-        k_pool, v_pool = kv.k[self.slot], kv.v[self.slot]
-        outs, row = [], 0
-        for seg in segments:
-            blocks, offsets = seg.slots(kv.block_size)
-            rows = slice(row, row + seg.rows)
-            k_pool[blocks, :, offsets] = k[:, rows].transpose(0, 1)
-            v_pool[blocks, :, offsets] = v[:, rows].transpose(0, 1)
-            outs.append(paged_attention(q[:, rows], k_pool, v_pool, seg.table, seg.start))
-            row += seg.rows
-        att = torch.cat(outs) if len(outs) > 1 else outs[0]
+        att = llama.attend(q, k, v, segments, kv, self.slot)
         gate = linear(h, self.q_gate)
         x = x + linear((att.to(torch.float32) * _sigmoid(gate.to(torch.float32))).to(x.dtype), self.o)
         return self.mlp(x)
@@ -118,9 +109,9 @@ class DeltaNetLayer:
     RMSNorm (weight, SiLU(z)) and out_proj."""
 
     def __init__(self, w: dict[str, torch.Tensor], prefix: str, args: llama.ModelArgs, h: HybridArgs,
-                 slot: int) -> None:
+                 slot: int, model: Model) -> None:
         d = prefix + "linear_attn."
-        self.args, self.h, self.slot = args, h, slot
+        self.args, self.h, self.slot, self.model = args, h, slot, model      # the model holds the states
         self.attn_norm, self.mlp_norm = w[prefix + "input_layernorm.weight"], w[prefix + "post_attention_layernorm.weight"]
         self.gate, self.up, self.down = (w[prefix + f"mlp.{n}_proj.weight"] for n in ("gate", "up", "down"))
         self.in_qkv, self.in_z = w[d + "in_proj_qkv.weight"], w[d + "in_proj_z.weight"]
@@ -131,9 +122,9 @@ class DeltaNetLayer:
 
     mlp = AttentionLayer.mlp
 
-    def forward(self, x: torch.Tensor, segments: list[Segment], kv: KVPool, cos: torch.Tensor,
-                sin: torch.Tensor, states: States | None) -> torch.Tensor:
-        a, hy = self.args, self.h
+    def forward(self, x: torch.Tensor, layer: int, segments: list[Segment], kv: KVPool, cos: torch.Tensor,
+                sin: torch.Tensor) -> torch.Tensor:
+        a, hy, states = self.args, self.h, self.model.states
         h = rms_norm(x, self.attn_norm, a.rms_norm_eps)
         qkv = linear(h, self.in_qkv).to(torch.float32)
         z = linear(h, self.in_z).to(torch.float32).view(-1, hy.v_heads, hy.v_dim)
@@ -186,21 +177,10 @@ class Model(llama.Model):
         self.embed, self.norm = w["model.embed_tokens.weight"], w["model.norm.weight"]
         self.lm_head = w.get("lm_head.weight", self.embed)
         kinds = hybrid.kinds
-        self.layers = [DeltaNetLayer(w, f"model.layers.{i}.", args, hybrid, kinds[:i].count(kind))
+        self.layers = [DeltaNetLayer(w, f"model.layers.{i}.", args, hybrid, kinds[:i].count(kind), self)
                        if kind == DELTANET else AttentionLayer(w, f"model.layers.{i}.", args, kinds[:i].count(kind))
                        for i, kind in enumerate(kinds)]
         rd = hybrid.rot_dim
         inv = 1.0 / (args.rope_theta ** (torch.arange(0, rd, 2, dtype=torch.float64) / rd))
         self.cos, self.sin = (t.to(device) for t in rope_tables(inv, args.max_positions))
         self.states: States | None = None
-
-    @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, segments: list[Segment], kv: KVPool,
-                out_rows: torch.Tensor) -> torch.Tensor:
-        positions = torch.cat([torch.arange(s.start, s.start + s.rows) for s in segments]).to(self.device)
-        cos, sin = self.cos[positions], self.sin[positions]
-        x = self.embed[tokens]
-        for layer in self.layers:
-            x = layer.forward(x, segments, kv, cos, sin, self.states)
-        h = rms_norm(x[out_rows], self.norm, self.args.rms_norm_eps)
-        return linear(h, self.lm_head).to(torch.float32)
