@@ -24,19 +24,8 @@ def follow(runner: NativeRunner, group: RankGroup) -> None:
         group.broadcast(head)
         op, *values = head.tolist()
         if op == P.FORWARD:
-            rows, tables, outs = values
-            sizes = [rows, rows, rows, tables, outs]
-            payload = torch.empty(sum(sizes), dtype=torch.int32)
-            group.broadcast(payload)
-            plans = torch.empty((outs, D.PLAN), dtype=torch.float64)
-            group.broadcast(plans)
-            banned = edits = None
-            if n_ruled := int((plans[:, 0] == D.RULED).sum()):
-                banned = torch.empty((n_ruled, -(-vocab[-1] // 8)), dtype=torch.uint8)
-                edits = torch.empty(int(plans[:, 5].sum()), dtype=torch.float64)
-                group.broadcast(banned)
-                group.broadcast(edits)
-            D.exchange(group, runner.model.forward(*P.unpack(payload, sizes)), vocab, plans.numpy(), banned, edits)
+            arrays, plans, banned, edits = P.receive_forward(group, values, vocab[-1], D.PLAN, D.RULED)
+            D.exchange(group, runner.model.forward(*arrays), vocab, plans, banned, edits)
         elif op == P.ALLOCATE:
             runner.allocate_kv(values[0], values[1])
         elif op == P.TRIM:

@@ -96,12 +96,7 @@ class Leader:
         def step() -> D.Exchanged:
             g = self.group
             sent, gathers = g.bytes_sent, g.gathers
-            g.broadcast(P.header(P.FORWARD, len(tokens), len(arrays[3]), len(out_rows)))
-            g.broadcast(P.pack(arrays))
-            g.broadcast(torch.from_numpy(plans))
-            if banned is not None:
-                g.broadcast(banned)
-                g.broadcast(edits)
+            P.send_forward(g, arrays, plans, banned, edits)
             ex = D.exchange(g, self.runner.model.forward(*arrays), self._vocab, plans, banned, edits)
             self.last_step = (g.gathers - gathers, g.bytes_sent - sent)
             return ex

@@ -32,6 +32,38 @@ def unpack(payload: torch.Tensor, sizes: list[int]) -> tuple[np.ndarray, ...]:
     return tuple(np.ascontiguousarray(a) for a in np.split(payload.numpy(), np.cumsum(sizes)[:-1]))
 
 
+def send_forward(group, arrays: tuple[np.ndarray, ...], plans: np.ndarray, banned: torch.Tensor | None,
+                 edits: torch.Tensor | None) -> None:
+    """Rank 0's FORWARD: the header, the rows' arrays, the out rows' plans, and the ruled
+    rows' forbidden tokens and edits when there are any."""
+    tokens, _, _, tables, out_rows = arrays
+    group.broadcast(header(FORWARD, len(tokens), len(tables), len(out_rows)))
+    group.broadcast(pack(arrays))
+    group.broadcast(torch.from_numpy(plans))
+    if banned is not None:
+        group.broadcast(banned)
+        group.broadcast(edits)
+
+
+def receive_forward(group, values: list[int], vocab: int, plan_width: int, ruled: float
+                    ) -> tuple[tuple[np.ndarray, ...], np.ndarray, torch.Tensor | None, torch.Tensor | None]:
+    """What send_forward sent, on another rank (after its header's `values`): the rows'
+    arrays, the plans, and the forbidden tokens and edits (None without ruled rows)."""
+    rows, tables, outs = values[:3]
+    sizes = [rows, rows, rows, tables, outs]
+    payload = torch.empty(sum(sizes), dtype=torch.int32)
+    group.broadcast(payload)
+    plans = torch.empty((outs, plan_width), dtype=torch.float64)
+    group.broadcast(plans)
+    banned = edits = None
+    if n_ruled := int((plans[:, 0] == ruled).sum()):
+        banned = torch.empty((n_ruled, -(-vocab // 8)), dtype=torch.uint8)
+        edits = torch.empty(int(plans[:, 5].sum()), dtype=torch.float64)
+        group.broadcast(banned)
+        group.broadcast(edits)
+    return unpack(payload, sizes), plans.numpy(), banned, edits
+
+
 def join_logits(parts: torch.Tensor, widths: list[int]) -> torch.Tensor:
     """[ranks, rows, widest] gathered logits (each rank's vocabulary columns, padded) -> [rows, vocab]."""
     return torch.cat([parts[q, :, :w] for q, w in enumerate(widths)], dim=1)
