@@ -52,7 +52,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    help="load the checkpoint's vision tower and take image parts (Qwen3.5 checkpoints; the CPU "
                         "engine); limits: --limit images=8 image_bytes=20971520 image_pixels=50000000")
     p.add_argument("--mmproj", default=None, metavar="FILE",
-                   help="with --vision and a GGUF model: the vision tower as llama.cpp's mmproj GGUF")
+                   help="with --vision and a GGUF model: the vision tower as llama.cpp's mmproj GGUF "
+                        "(default: the one mmproj*.gguf beside the model's file)")
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:

@@ -316,3 +316,18 @@ def test_a_hybrid_draft_model_goes_on_from_the_state_of_the_last_kept_position(h
         tokens += kept + [int(rng.integers(0, 49152))]
     d.finish("s")
     assert d.states.available == d.states.slots
+
+
+def test_an_mmproj_beside_a_gguf_is_found(tmp_path):
+    from tensorfold.vision.encoder import mmproj_beside
+
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "Qwen3.5-Q4_K_M.gguf").write_bytes(b"")
+    folder = tmp_path / "converted"
+    folder.mkdir()
+    (folder / "model.gguf").symlink_to(tmp_path / "repo" / "Qwen3.5-Q4_K_M.gguf")
+    assert mmproj_beside(folder) is None
+    (tmp_path / "repo" / "mmproj-F16.gguf").write_bytes(b"")
+    assert mmproj_beside(folder) == (tmp_path / "repo" / "mmproj-F16.gguf").resolve()
+    (tmp_path / "repo" / "mmproj-BF16.gguf").write_bytes(b"")
+    assert mmproj_beside(folder) is None                       # two: the user picks with --mmproj

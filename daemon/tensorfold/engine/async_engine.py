@@ -132,12 +132,14 @@ class AsyncEngine:
             if config.mmproj:
                 raise CheckpointError("--mmproj gives the vision tower that --vision loads; pass both")
             return None
-        from ..vision.encoder import VisionEncoder, has_vision_tower
+        from ..vision.encoder import VisionEncoder, has_vision_tower, mmproj_beside
 
+        if not config.mmproj and not has_vision_tower(folder) and (beside := mmproj_beside(folder)):
+            config = replace(config, mmproj=str(beside))
         if not config.mmproj and not has_vision_tower(folder):
             raise CheckpointError(f"--vision: {folder.name} has no vision tower (a Qwen3.5 checkpoint with its "
                                   "vision_config and model.visual weights takes images; for a GGUF, give its "
-                                  "mmproj file with --mmproj)")
+                                  "mmproj file with --mmproj, or put the one mmproj*.gguf beside it)")
         if not getattr(self.runner, "image_inputs", None) or not self.runner.model.struct.mrope[0]:
             raise CheckpointError("--vision runs on the CPU engine with a Qwen3.5 checkpoint")
         vision = (VisionEncoder.from_mmproj(Path(config.mmproj), self.tokenizer.hf) if config.mmproj

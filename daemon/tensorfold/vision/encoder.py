@@ -48,6 +48,18 @@ def has_vision_tower(folder: Path) -> bool:
     return isinstance(read_config(folder).get("vision_config"), dict)
 
 
+def mmproj_beside(folder: Path) -> Path | None:
+    """For a model served from a GGUF: the one `mmproj*.gguf` in the GGUF file's own folder
+    (as model repositories ship the tower beside the weights), if there is exactly one."""
+    from ..checkpoints.files import gguf_file
+
+    source = gguf_file(folder)
+    if source is None:
+        return None
+    found = sorted(Path(source).resolve().parent.glob("mmproj*.gguf"))
+    return found[0] if len(found) == 1 else None
+
+
 # the Qwen3.5 image processor's defaults (a GGUF's mmproj does not carry them)
 QWEN35_PROCESSOR = {"size": {"shortest_edge": 65536, "longest_edge": 16777216}, "image_mean": [0.5, 0.5, 0.5],
                     "image_std": [0.5, 0.5, 0.5]}
