@@ -296,7 +296,7 @@ class OneRank(Reference):
     name = "one rank"
 
     def __init__(self, folder: Path, config) -> None:
-        self.threads = config.ranks * (config.threads or 1)
+        self.threads = config.ranks * our_threads(config.threads)     # each rank's count, as serve picks it
         self.engine = OurEngine(folder, dataclasses.replace(config, ranks=1, threads=self.threads))
 
     def describe(self) -> str:
