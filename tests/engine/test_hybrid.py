@@ -331,3 +331,22 @@ def test_an_mmproj_beside_a_gguf_is_found(tmp_path):
     assert mmproj_beside(folder) == (tmp_path / "repo" / "mmproj-F16.gguf").resolve()
     (tmp_path / "repo" / "mmproj-BF16.gguf").write_bytes(b"")
     assert mmproj_beside(folder) is None                       # two: the user picks with --mmproj
+
+
+def test_image_embeddings_are_cached_within_a_byte_budget(vision_model, monkeypatch):
+    from types import SimpleNamespace
+
+    from PIL import Image as PILImage
+
+    from tensorfold.vision import encoder as E
+
+    enc = E.VisionEncoder.from_folder(vision_model)
+    pictures = [SimpleNamespace(rgb=PILImage.new("RGB", (64, 64), (i, 0, 0)), digest=f"p{i}") for i in range(4)]
+    first = enc.encode(pictures[0])
+    monkeypatch.setattr(E, "CACHE_BYTES", 2 * first.embeds.nbytes)       # room for two of these
+    for p in pictures[1:]:
+        enc.encode(p)
+    assert list(enc._cache) == ["p2", "p3"]
+    assert enc.encode(pictures[3]) is enc._cache["p3"]                    # a hit: the same object
+    again = enc.encode(pictures[0])                                       # gone: encoded again, same bits
+    assert again is not first and np.array_equal(again.embeds, first.embeds)

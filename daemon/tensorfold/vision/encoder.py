@@ -6,7 +6,9 @@ processor resizes by the checkpoint's min/max pixel rule and cuts patches; the
 tower (transformers' Qwen3_5VisionModel with the checkpoint's `model.visual.*`
 weights) turns them into one embedding per merged 2x2 patch.  Each image runs
 alone, in fp32, on one torch thread, so an image's embeddings have the same bits
-whatever else the server does; they are cached by the image's digest.
+whatever else the server does; they are cached by the image's digest (up to
+CACHE_BYTES of them, least recently used first).  A GGUF model's tower comes from
+llama.cpp's mmproj file (`from_mmproj`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ..checkpoints.files import iter_safetensors, read_config
 if TYPE_CHECKING:
     from .source import Image
 
-CACHED_IMAGES = 64
+CACHE_BYTES = 256 << 20          # the embeddings kept for pictures that may come again
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,7 @@ class VisionEncoder:
         settings.setdefault("merge_size", self.merge)
         self.processor = Qwen2VLImageProcessorPil(**settings)
         self._cache: OrderedDict[str, Encoded] = OrderedDict()
+        self._cached_bytes = 0
         self._lock = threading.Lock()
 
     @classmethod
@@ -167,8 +170,9 @@ class VisionEncoder:
                 return hit
             encoded = self._run(image)
             self._cache[image.digest] = encoded
-            while len(self._cache) > CACHED_IMAGES:
-                self._cache.popitem(last=False)
+            self._cached_bytes += encoded.embeds.nbytes
+            while self._cached_bytes > CACHE_BYTES and len(self._cache) > 1:     # least recently used first
+                self._cached_bytes -= self._cache.popitem(last=False)[1].embeds.nbytes
             return encoded
 
     def _run(self, image: Image) -> Encoded:
