@@ -22,6 +22,17 @@ class Segment:
     images: tuple = ()             # vision.positions.Placed: the sequence's images (their rows' inputs)
 
 
+def check_state_slots(seg, slots: int | None) -> None:
+    """ValueError unless a hybrid's segment names a state slot for each row and a source slot
+    unless it starts at position 0, all within `slots` (None: not checked).  Any segment
+    with start, rows, src and dst (this one, and the torch backend's)."""
+    after = seg.dst or []
+    inside = slots is None or (all(0 <= s < slots for s in after) and seg.src < slots)
+    if len(after) != seg.rows or not inside or seg.src < -1 or (seg.src == -1) != (seg.start == 0):
+        raise ValueError("a hybrid's segment needs a state slot for each row, and a source slot "
+                         "unless it starts at position 0")
+
+
 def check_rows(tokens: list[int], segments: list[Segment], block_size: int, num_blocks: int,
                max_positions: int, vocab_size: int) -> None:
     """ValueError unless every token is in the vocabulary, there is one per segment row, and

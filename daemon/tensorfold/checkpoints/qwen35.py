@@ -93,6 +93,15 @@ def text_config(config: dict) -> dict:
             "tie_word_embeddings": config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))}
 
 
+def split_q_gate(rows: np.ndarray, heads: int, head_dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """A gated-attention q_proj's rows (each head's queries, then its output gate) as the
+    queries of every head and the gates of every head.  Rows are independent, so this works
+    on a GGUF's raw blocks as well as on floats."""
+    both = rows.reshape(heads, 2, head_dim, -1)
+    return (np.ascontiguousarray(both[:, 0].reshape(heads * head_dim, -1)),
+            np.ascontiguousarray(both[:, 1].reshape(heads * head_dim, -1)))
+
+
 def hf_weights(tensors: Iterator[tuple[str, np.ndarray]], heads: int, head_dim: int
                ) -> Iterator[tuple[str, np.ndarray]]:
     """A Qwen3.5 safetensors checkpoint's text weights under the names the native model
@@ -105,9 +114,9 @@ def hf_weights(tensors: Iterator[tuple[str, np.ndarray]], heads: int, head_dim: 
         if name.startswith(("model.visual.", "mtp.", "model.mtp.")):
             continue
         if name.endswith("self_attn.q_proj.weight"):
-            both = array.reshape(heads, 2, head_dim, -1)
-            yield name, np.ascontiguousarray(both[:, 0].reshape(heads * head_dim, -1))
-            yield name.replace("q_proj", "q_gate"), np.ascontiguousarray(both[:, 1].reshape(heads * head_dim, -1))
+            queries, gates = split_q_gate(array, heads, head_dim)
+            yield name, queries
+            yield name.replace("q_proj", "q_gate"), gates
         elif name.endswith(_CENTERED) or name == "model.norm.weight":
             yield name, (array.astype(np.float64) + 1.0).astype(np.float32)
         elif name.endswith("linear_attn.A_log"):

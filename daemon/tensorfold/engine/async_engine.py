@@ -29,7 +29,7 @@ from .capacity import GiB, KVPlan, plan_kv
 from .drafting.model import DraftModelDrafter
 from .drafting.ngram import NgramDrafter
 from .loop import Engine, EngineLimits
-from .states import plan_snapshots, state_slots
+from .states import plan_snapshots, state_bytes, state_slots
 from .types import Delta, Request
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class AsyncEngine:
         lanes = config.parallel or AUTO_LANES
         budget = int(config.kv_memory * GiB) if config.kv_memory else self.runner.free_memory()
         snapshots = 0
-        if state := getattr(self.runner, "state_bytes", lambda: 0)():    # a hybrid's state slots come first
+        if state := state_bytes(self.runner):          # a hybrid's state slots come first
             snapshots = plan_snapshots(lanes, state, budget)
             budget -= state_slots(lanes, snapshots) * state
             log.info("deltanet states: %d slots of %.2f MiB (%d for prefix snapshots)",
@@ -134,17 +134,17 @@ class AsyncEngine:
             return None
         from ..vision.encoder import VisionEncoder, has_vision_tower, mmproj_beside
 
-        if not config.mmproj and not has_vision_tower(folder) and (beside := mmproj_beside(folder)):
-            config = replace(config, mmproj=str(beside))
-        if not config.mmproj and not has_vision_tower(folder):
+        tower = has_vision_tower(folder)
+        mmproj = config.mmproj or (None if tower else mmproj_beside(folder))
+        if not mmproj and not tower:
             raise CheckpointError(f"--vision: {folder.name} has no vision tower (a Qwen3.5 checkpoint with its "
                                   "vision_config and model.visual weights takes images; for a GGUF, give its "
                                   "mmproj file with --mmproj, or put the one mmproj*.gguf beside it)")
         if not getattr(self.runner, "image_inputs", None) or not self.runner.model.struct.mrope[0]:
             raise CheckpointError("--vision runs on the CPU engine with a Qwen3.5 checkpoint")
-        vision = (VisionEncoder.from_mmproj(Path(config.mmproj), self.tokenizer.hf) if config.mmproj
+        vision = (VisionEncoder.from_mmproj(Path(mmproj), self.tokenizer.hf) if mmproj
                   else VisionEncoder.from_folder(folder))
-        log.info("vision tower of %s loaded: images are taken", config.mmproj or folder.name)
+        log.info("vision tower of %s loaded: images are taken", mmproj or folder.name)
         return vision
 
     def _drafter(self, config: EngineConfig, plan: KVPlan) -> DraftModelDrafter:

@@ -22,8 +22,7 @@ from .drafting.ngram import NgramDrafter
 from .sampler import sample
 from .scheduler import Plan, Scheduler
 from .sequence import Sequence
-from ..vision.positions import cache_key
-from .states import FRESH, StatePool, state_slots
+from .states import FRESH, StatePool, state_bytes, state_slots
 from .text import ReplyText
 from .types import Delta, FinishReason, Request
 
@@ -64,7 +63,7 @@ class Engine:
         self.cache = BlockCache(limits.num_blocks, limits.block_size)
         backend.allocate_kv(limits.num_blocks, limits.block_size)
         self.states: StatePool | None = None
-        if getattr(backend, "state_bytes", lambda: 0)():
+        if state_bytes(backend):
             self.states = StatePool(state_slots(limits.lanes, limits.snapshots))
             backend.allocate_state(self.states.slots)
             self.cache.on_drop = lambda slot: self.states.give([slot])
@@ -161,8 +160,7 @@ class Engine:
         """Take the KV blocks `seq` needs: cached prompt blocks, then fresh ones for the rest."""
         cache, prompt, states = self.cache, seq.request.prompt, self.states
         # a hybrid resumes only where a state snapshot was kept
-        key = cache_key(prompt, seq.request.images)
-        matched, cid = cache.match(key, limit=(len(prompt) - 1) // cache.block_size, snapshots=states is not None)
+        matched, cid = cache.match(seq.key_prompt, limit=(len(prompt) - 1) // cache.block_size, snapshots=states is not None)
         need = cache.blocks_for(len(prompt) + seq.request.max_tokens) - len(matched)
         if states is not None and not states.available:
             cache.drop_snapshot(keep=cid)

@@ -41,6 +41,10 @@ class Sequence:
     draft_k: int = 4                     # draft length, adapted to recent acceptance
     drafted: int = 0
     accepted_drafts: int = 0
+    key_prompt: list[int] = field(init=False)     # the prompt as the prefix cache keys it (once)
+
+    def __post_init__(self) -> None:
+        self.key_prompt = cache_key(self.request.prompt, self.request.images)
 
     @property
     def background(self) -> bool:
@@ -57,7 +61,7 @@ class Sequence:
     @property
     def key_tokens(self) -> list[int]:
         """The tokens as the prefix cache keys them (an image's positions by its digest)."""
-        return cache_key(self.request.prompt, self.request.images) + self.generated
+        return self.key_prompt + self.generated
 
     @property
     def replaying(self) -> bool:

@@ -18,6 +18,12 @@ SNAPSHOT_SHARE = 0.25          # of the memory budget, at most, for the prefix c
 MAX_SNAPSHOTS = 1024
 
 
+def state_bytes(backend) -> int:
+    """A backend's bytes per state slot: more than 0 for a hybrid model's, else 0 (backends
+    without recurrent state have no state_bytes)."""
+    return getattr(backend, "state_bytes", lambda: 0)()
+
+
 def state_slots(lanes: int, snapshots: int) -> int:
     """Slots for `lanes` sequences, their drafted rows (a verify drafts as far as scratch
     slots are free) and the prefix cache's snapshots."""

@@ -23,7 +23,7 @@ from ..backends.torch.kernels import rope_tables
 from ..backends.torch.models.llama import ModelArgs, inverse_frequencies
 from ..checkpoints.errors import CheckpointError
 from ..checkpoints.files import gguf_file, iter_safetensors
-from ..checkpoints.qwen35 import ATTENTION, DELTANET, HybridArgs, hf_weights
+from ..checkpoints.qwen35 import ATTENTION, DELTANET, HybridArgs, hf_weights, split_q_gate
 from . import lib, quant
 from .shard import Shard, take_bias, take_rows
 
@@ -48,10 +48,9 @@ def _load_gguf(path: Path, args: ModelArgs, hybrid: HybridArgs | None) -> dict[s
             continue
         parts = [(name, np.asarray(data), shape)]
         if hybrid is not None and name.endswith("self_attn.q_proj.weight"):
-            rows = parts[0][1].reshape(args.heads, 2, args.head_dim, -1)
+            queries, gates = split_q_gate(np.asarray(data), args.heads, args.head_dim)
             half = (args.heads * args.head_dim, shape[1])
-            parts = [(name, np.ascontiguousarray(rows[:, 0].reshape(half[0], -1)), half),
-                     (name.replace("q_proj", "q_gate"), np.ascontiguousarray(rows[:, 1].reshape(half[0], -1)), half)]
+            parts = [(name, queries, half), (name.replace("q_proj", "q_gate"), gates, half)]
         for part, raw, dims in parts:
             try:
                 out[part] = quant.pack_gguf(qtype, raw, *dims)
@@ -135,9 +134,7 @@ class NativeModel:
         m.head = self._weight(w, _HEAD)
         m.norm = self._f32(w["model.norm.weight"])
         m.rot_dim = hybrid.rot_dim if hybrid else a.head_dim
-        inv = inverse_frequencies(a) if m.rot_dim == a.head_dim else 1.0 / (
-            a.rope_theta ** (torch.arange(0, m.rot_dim, 2, dtype=torch.float64) / m.rot_dim))
-        cos, sin = rope_tables(inv, a.max_positions)
+        cos, sin = rope_tables(inverse_frequencies(a, m.rot_dim), a.max_positions)
         m.cos, m.sin = self._f32(cos.numpy()), self._f32(sin.numpy())
         if hybrid is not None:
             m.mrope[:] = hybrid.mrope

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ..backends.host import host_budget
-from ..backends.rows import Segment, check_rows
+from ..backends.rows import Segment, check_rows, check_state_slots
 from ..backends.torch.models.llama import ModelArgs
 from ..backends.torch.runner import UnsupportedModel
 from ..checkpoints.files import read_config
@@ -109,7 +109,7 @@ class NativeRunner:
         for seg in segments:
             embed_row, embeds, positions = row_inputs(seg.images, seg.start, seg.rows)
             rows.append(np.where(embed_row >= 0, embed_row + taken, -1))
-            if len(embed_row[embed_row >= 0]):
+            if len(embeds):
                 parts.append(embeds)
                 taken += len(embeds)
             mrope.append(positions)
@@ -127,13 +127,9 @@ class NativeRunner:
             return ()
         src, dst = [], []
         for seg in segments:
-            after = seg.dst or []
-            if len(after) != seg.rows or not all(0 <= s < self.model.state_slots for s in after) or \
-                    not -1 <= seg.src < self.model.state_slots or (seg.src == -1) != (seg.start == 0):
-                raise ValueError("a hybrid's segment needs a state slot for each row, and a source slot "
-                                 "unless it starts at position 0")
-            src += [seg.src, *after[:-1]]
-            dst += after
+            check_state_slots(seg, self.model.state_slots)
+            src += [seg.src, *seg.dst[:-1]]
+            dst += seg.dst
         return np.asarray(src, np.int32), np.asarray(dst, np.int32)
 
     def rows(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> Rows:

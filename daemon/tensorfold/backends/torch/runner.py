@@ -11,6 +11,7 @@ from ...checkpoints.errors import CheckpointError
 from ...checkpoints.files import gguf_file, iter_weights, read_config
 from ...checkpoints import qwen35
 from ..host import host_budget
+from ..rows import check_state_slots
 from .kv import KVPool, Segment
 from .models import FAMILIES
 
@@ -83,10 +84,11 @@ class TorchRunner:
                 images: tuple = ()) -> Segment:
         if images:
             raise ValueError("images run on the CPU engine")
-        if self.hybrid and (dst is None or len(dst) != rows or (src == -1) != (start == 0)):
-            raise ValueError("a hybrid's segment needs a state slot for each row, and a source slot unless it "
-                             "starts at position 0")
-        return Segment(torch.tensor(blocks, dtype=torch.int64, device=self.device), start, rows, src, dst)
+        seg = Segment(torch.tensor(blocks, dtype=torch.int64, device=self.device), start, rows, src, dst)
+        if self.hybrid:
+            states = self.model.states
+            check_state_slots(seg, states.conv.shape[0] if states is not None else None)
+        return seg
 
     # -- a hybrid's deltanet states (engine/states.py) -------------------------------------
     def state_bytes(self) -> int:

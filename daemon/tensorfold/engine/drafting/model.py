@@ -26,7 +26,7 @@ import torch
 
 from ..cache import BlockCache
 from ..sampler import sample
-from ..states import FRESH, SCRATCH_PER_LANE, StatePool
+from ..states import FRESH, SCRATCH_PER_LANE, StatePool, state_bytes
 from ..types import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -48,14 +48,14 @@ class DraftModelDrafter:
     name = "model"
 
     def __init__(self, backend: Any, num_blocks: int, block_size: int, prefill_chunk: int = 256,
-                 lanes: int = 8, max_draft: int = 12) -> None:
+                 lanes: int = 8) -> None:
         self.backend = backend
         self.cache = BlockCache(num_blocks, block_size)
         backend.allocate_kv(num_blocks, block_size)
         self.prefill_chunk = prefill_chunk
         self._seqs: dict[str, _State] = {}
         self.states: StatePool | None = None
-        if getattr(backend, "state_bytes", lambda: 0)():
+        if state_bytes(backend):
             self.states = StatePool(lanes * (2 + SCRATCH_PER_LANE))
             backend.allocate_state(self.states.slots)
 

@@ -52,8 +52,9 @@ class ModelArgs:
         )
 
 
-def inverse_frequencies(args: ModelArgs) -> torch.Tensor:
-    dim = args.head_dim
+def inverse_frequencies(args: ModelArgs, dim: int | None = None) -> torch.Tensor:
+    """Rope's inverse frequencies over `dim` leading dims of a head (default: all of them)."""
+    dim = dim or args.head_dim
     inv = 1.0 / (args.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
     s = args.rope_scaling
     if not s or s.get("rope_type", s.get("type")) in (None, "default"):

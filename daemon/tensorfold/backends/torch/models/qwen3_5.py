@@ -180,7 +180,6 @@ class Model(llama.Model):
         self.layers = [DeltaNetLayer(w, f"model.layers.{i}.", args, hybrid, kinds[:i].count(kind), self)
                        if kind == DELTANET else AttentionLayer(w, f"model.layers.{i}.", args, kinds[:i].count(kind))
                        for i, kind in enumerate(kinds)]
-        rd = hybrid.rot_dim
-        inv = 1.0 / (args.rope_theta ** (torch.arange(0, rd, 2, dtype=torch.float64) / rd))
+        inv = llama.inverse_frequencies(args, hybrid.rot_dim)
         self.cos, self.sin = (t.to(device) for t in rope_tables(inv, args.max_positions))
         self.states: States | None = None
