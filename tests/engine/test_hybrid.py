@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tensorfold.native import lib
-from tests.engine.test_native_kernels import assert_same, poison_kv, use_threads
+from tests.engine.test_native_kernels import assert_batched_both_orders, assert_same, poison_kv, use_threads
 
 PROMPT = 70
 BS = 16
@@ -49,6 +49,15 @@ def assert_like_transformers(ours: torch.Tensor, want: torch.Tensor) -> None:
     assert torch.equal(ours.argmax(-1), want.argmax(-1))
 
 
+def transformers_text_logits(folder, tokens: list[int]) -> torch.Tensor:
+    """transformers' own Qwen3.5 forward of `tokens` on the checkpoint's weights, in fp32."""
+    from transformers import Qwen3_5ForCausalLM
+
+    ref = Qwen3_5ForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        return ref(torch.tensor([tokens])).logits[0]
+
+
 def transformers_image_logits(folder, enc, rgb, tokens: list[int]) -> torch.Tensor:
     """transformers' multimodal forward of `tokens` with the picture `rgb` (processed by our
     encoder's processor) at its pad tokens."""
@@ -66,15 +75,11 @@ def test_logits_match_transformers(hybrid_model, runner):
     """bf16-exact weights kept as bf16: our fp32 arithmetic against transformers' fp32
     reference (its chunked delta rule sums in another order; the bound is a few ulps of
     the logits' scale, far below any weight-format error)."""
-    from transformers import Qwen3_5ForCausalLM
-
     tokens = np.random.default_rng(1).integers(0, runner.vocab_size, 40).tolist()
     poison_kv(runner)
     poison_state(runner)
     ours = prefill(runner, tokens, [0, 1, 2], 0)
-    ref = Qwen3_5ForCausalLM.from_pretrained(hybrid_model, dtype=torch.float32).eval()
-    with torch.no_grad():
-        want = ref(torch.tensor([tokens])).logits[0]
+    want = transformers_text_logits(hybrid_model, tokens)
     assert_like_transformers(ours, want)
 
 
@@ -95,16 +100,8 @@ def test_state_bits_the_same_however_run(runner):
         assert_same(prefill(r, tokens, A, 3, chunk), whole, f"chunks of {chunk}")
 
     # batched with an unrelated sequence, in both orders
-    for first in (True, False):
-        poison_state(r)
-        segs = [r.segment(A, 0, PROMPT, -1, [0] * PROMPT), r.segment(O, 0, len(other), -1, [1] * len(other))]
-        toks = tokens + other
-        if not first:
-            segs, toks = segs[::-1], other + tokens
-        both = r.forward(toks, segs, list(range(len(toks))))
-        mine, theirs = (both[:PROMPT], both[PROMPT:]) if first else (both[len(other):], both[:len(other)])
-        assert_same(mine, whole, f"batched with another sequence (first={first})")
-        assert_same(theirs, other_alone, f"the other sequence (first={first})")
+    segs = [r.segment(A, 0, PROMPT, -1, [0] * PROMPT), r.segment(O, 0, len(other), -1, [1] * len(other))]
+    assert_batched_both_orders(r, tokens, other, segs, whole, other_alone, lambda: poison_state(r))
 
     # verify rows: each row's state in its own slot; resume from the slot of a kept row
     poison_state(r)
@@ -164,8 +161,6 @@ def test_gguf_in_llama_cpp_layout_matches_transformers(hybrid_model, default_mod
     converted to a folder and loaded, its logits are transformers' on the same weights.
     F32 tensors of bf16-exact values load as bf16 (not the default q8_0), so the bound is the
     one of test_logits_match_transformers."""
-    from transformers import Qwen3_5ForCausalLM
-
     from tensorfold.checkpoints.files import gguf_file
     from tensorfold.checkpoints.gguf_convert import convert_gguf
     from tensorfold.native import quant
@@ -181,9 +176,7 @@ def test_gguf_in_llama_cpp_layout_matches_transformers(hybrid_model, default_mod
     r.allocate_state(2)
     tokens = np.random.default_rng(1).integers(0, r.vocab_size, 40).tolist()
     ours = prefill(r, tokens, [0, 1, 2], 0)
-    ref = Qwen3_5ForCausalLM.from_pretrained(hybrid_model, dtype=torch.float32).eval()
-    with torch.no_grad():
-        want = ref(torch.tensor([tokens])).logits[0]
+    want = transformers_text_logits(hybrid_model, tokens)
     assert_like_transformers(ours, want)
 
 
@@ -225,8 +218,6 @@ def test_torch_model_matches_transformers_and_keeps_its_bits(hybrid_model):
     """The torch engine's hybrid (backends/torch/models/qwen3_5.py; CUDA in service, the CPU
     here): transformers' logits, and the same bits in chunks, beside another sequence and
     through verify rows in scratch slots."""
-    from transformers import Qwen3_5ForCausalLM
-
     from tensorfold.backends.torch.runner import TorchRunner
 
     r = TorchRunner(hybrid_model, dtype="float32", device="cpu")
@@ -236,9 +227,7 @@ def test_torch_model_matches_transformers_and_keeps_its_bits(hybrid_model):
     tokens, other = rng.integers(0, r.vocab_size, 40).tolist(), rng.integers(0, r.vocab_size, 9).tolist()
     A, O = [0, 1, 2], [3]
     whole = prefill(r, tokens, A, 0)
-    ref = Qwen3_5ForCausalLM.from_pretrained(hybrid_model, dtype=torch.float32).eval()
-    with torch.no_grad():
-        want = ref(torch.tensor([tokens])).logits[0]
+    want = transformers_text_logits(hybrid_model, tokens)
     assert_like_transformers(whole, want)
     for chunk in (1, 7):
         assert_same(prefill(r, tokens, A, 2, chunk), whole, f"chunks of {chunk}")

@@ -500,6 +500,21 @@ def assert_same(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     assert not diff, f"{what}: rows {diff[:10]} differ (max abs {(got - want).abs().max().item():.3g})"
 
 
+def assert_batched_both_orders(r, tokens, other, segs, whole, other_alone, poison) -> None:
+    """One forward of `tokens` and an unrelated sequence `other` (segs: theirs, in that order),
+    in both orders: each gets the bits it gets alone (whole, other_alone)."""
+    for first in (True, False):
+        poison()
+        toks = tokens + other
+        if not first:
+            segs, toks = segs[::-1], other + tokens
+        both = r.forward(toks, segs, list(range(len(toks))))
+        n = len(tokens)
+        mine, theirs = (both[:n], both[n:]) if first else (both[len(other):], both[:len(other)])
+        assert_same(mine, whole, f"batched with another sequence (first={first})")
+        assert_same(theirs, other_alone, f"the other sequence (first={first})")
+
+
 CASES = [("llama", "q8_0"), ("qwen3", "q8_0"), ("llama", "q4_0"), ("qwen3", "bf16"), ("gqa", "q8_0")]
 
 
@@ -520,16 +535,8 @@ def test_forward_logits_identical_however_run(folders, arch, weights):
         assert_same(prefill(r, tokens, A, chunk), whole, f"chunks of {chunk}")
 
     # one forward with an unrelated sequence, in both orders
-    for first in (True, False):
-        poison_kv(r)
-        segs = [r.segment(A, 0, PROMPT), r.segment(O, 0, len(other))]
-        toks = tokens + other
-        if not first:
-            segs, toks = segs[::-1], other + tokens
-        both = r.forward(toks, segs, list(range(len(toks))))
-        mine, theirs = (both[:PROMPT], both[PROMPT:]) if first else (both[len(other):], both[:len(other)])
-        assert_same(mine, whole, f"batched with another sequence (first={first})")
-        assert_same(theirs, other_alone, f"the other sequence (first={first})")
+    assert_batched_both_orders(r, tokens, other, [r.segment(A, 0, PROMPT), r.segment(O, 0, len(other))],
+                               whole, other_alone, lambda: poison_kv(r))
 
     # the sequence's blocks anywhere in the map, not contiguous, not in order
     poison_kv(r)
