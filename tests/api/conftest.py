@@ -1,8 +1,8 @@
 """Fixtures for the HTTP-edge tests: real Hypercorn servers on free loopback ports.
 
 `server` is the contract server: its tests hold for any engine, and run once
-per engine (the CPU engine on the tiny Llama and on the tiny Qwen3.5 hybrid,
-and MLX where mlx imports). Its engine comes
+per engine (the CPU engine and, where mlx imports, MLX, each on the tiny Llama
+and on the tiny Qwen3.5 hybrid). Its engine comes
 from `make_engine()` (the real AsyncEngine on the tiny random checkpoint, or
 the FakeEngine test double). `fake_server` always runs the
 FakeEngine: its tests inspect what reached the engine and inject failures.
@@ -34,7 +34,7 @@ API_KEY = "test-key-123"
 def _engines() -> list[str]:
     from tensorfold.backends.mlx.runner import mlx_missing
 
-    return ["torch", "hybrid"] if mlx_missing() else ["torch", "hybrid", "mlx"]
+    return ["torch", "hybrid"] if mlx_missing() else ["torch", "hybrid", "mlx", "mlx-hybrid"]
 
 
 def make_engine(request: pytest.FixtureRequest, engine: str = "torch") -> Any:
@@ -45,8 +45,9 @@ def make_engine(request: pytest.FixtureRequest, engine: str = "torch") -> Any:
         return FakeEngine()
     from tensorfold.engine.async_engine import AsyncEngine
 
-    config = EngineConfig(engine="mlx") if engine == "mlx" else EngineConfig(dtype="float32", device="cpu")
-    model = request.getfixturevalue("hybrid_model" if engine == "hybrid" else "tiny_model")
+    mlx = engine.startswith("mlx")
+    config = EngineConfig(engine="mlx") if mlx else EngineConfig(dtype="float32", device="cpu")
+    model = request.getfixturevalue("hybrid_model" if engine.endswith("hybrid") else "tiny_model")
     return AsyncEngine(model, config)
 
 

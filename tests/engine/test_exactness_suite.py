@@ -8,20 +8,23 @@ from tensorfold.backends.mlx.runner import mlx_missing
 from tensorfold.cli import main
 
 ENGINES = {"torch": ["--dtype", "float32", "--device", "cpu"], "mlx": ["--engine", "mlx"],
-           "hybrid": ["--dtype", "float32", "--device", "cpu"]}
+           "hybrid": ["--dtype", "float32", "--device", "cpu"], "mlx-hybrid": ["--engine", "mlx"]}
 
 
-@pytest.mark.parametrize("engine", ["torch", "mlx", "hybrid"])
+@pytest.mark.parametrize("engine", ["torch", "mlx", "hybrid", "mlx-hybrid"])
 def test_exactness_fast_subset(request, tiny_model, capsys, engine):
     """torch: the CPU engine on the tiny Llama; mlx: the MLX engine on it; hybrid: the CPU
     engine on the tiny Qwen3.5 hybrid with a vision tower, every third case with a picture
-    (drafted by a tiny Llama sharing its tokenizer; one rank only)."""
-    if engine == "mlx" and mlx_missing():
+    (drafted by a tiny Llama sharing its tokenizer; one rank only); mlx-hybrid: the MLX
+    engine on the text-only tiny hybrid, drafting for itself."""
+    if engine.startswith("mlx") and mlx_missing():
         pytest.skip(mlx_missing())
     model = ["--model", str(tiny_model)]
     if engine == "hybrid":
         model = ["--model", str(request.getfixturevalue("vision_model")), "--images",
                  "--draft-model", str(request.getfixturevalue("vision_draft_model"))]
+    if engine == "mlx-hybrid":
+        model = ["--model", str(request.getfixturevalue("hybrid_model"))]
     code = main(["--log-level", "WARNING", "exactness", *model, *ENGINES[engine],
                  "--cases", "21", "--max-tokens", "32", "--preempt-cases", "2"])  # 21: every constraint form
     out = capsys.readouterr().out

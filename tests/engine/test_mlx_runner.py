@@ -190,3 +190,80 @@ def test_projected_memory_is_checked_before_prefill(folders, monkeypatch):
         monkeypatch.setattr(mlx_runner, "host_budget", lambda: 1 << 40)
         again = client.completions.create(model=served.served_id, prompt="Hello there, " * 40, max_tokens=8)
         assert again.usage.completion_tokens == 8
+
+
+def test_hybrid_rows_are_mlx_lms_own_and_keep_their_bits(hybrid_model):
+    """A Qwen3.5 hybrid through mlx-lm's qwen3_5 model, its deltanet states in the engine's
+    slots: each row the bits of mlx-lm's own step-by-step decode, transformers' logits, and
+    the same bits in chunks, beside another sequence, through verify rows in scratch slots
+    and from a copied slot (the prefix cache's snapshot)."""
+    from tests.engine.test_hybrid import assert_like_transformers, transformers_text_logits
+    from tests.engine.test_hybrid import prefill as prefill_hybrid
+
+    r = runner(hybrid_model)
+    r.allocate_state(8)
+    assert r.state_bytes() > 0 and r.kv_layers == 1              # one attention layer of four holds KV
+    tokens, other = tokens_for(7, 40), tokens_for(8, 9)
+    A, O = [0, 1, 2], [3]
+    whole = prefill_hybrid(r, tokens, A, 0)
+    cache = r.model.make_cache()
+    theirs = torch.from_numpy(np.stack([np.array(r.model(mx.array([[t]]), cache=cache)[0, 0].astype(mx.float32))
+                                        for t in tokens]))
+    assert_same(whole, theirs, "mlx-lm's own decode")
+    assert_like_transformers(whole, transformers_text_logits(hybrid_model, tokens))
+    for chunk in (1, 7):
+        assert_same(prefill_hybrid(r, tokens, [5, 6, 7], 2, chunk), whole, f"chunks of {chunk}")
+    alone = prefill_hybrid(r, other, O, 1)
+    both = r.forward(other + tokens, [r.segment(O, 0, 9, -1, [1] * 9), r.segment(A, 0, 40, -1, [0] * 40)],
+                     list(range(49)))
+    assert_same(both[9:], whole, "batched after another sequence")
+    assert_same(both[:9], alone, "the other sequence")
+    head = prefill_hybrid(r, tokens[:30], A, 2)
+    rows = r.forward(tokens[30:34], [r.segment(A, 30, 4, 2, [2, 4, 5, 6])], list(range(4)))
+    rest = r.forward(tokens[32:], [r.segment(A, 32, 8, 4, [4] * 8)], list(range(8)))     # kept two: slot 4
+    assert_same(torch.cat([head, rows[:2], rest]), whole, "verify rows, then on from the last kept one")
+    prefill_hybrid(r, tokens[:16], A, 2)
+    r.copy_state(2, 7)                                          # a snapshot at the block boundary
+    rest = r.forward(tokens[16:], [r.segment(A, 16, 24, 7, [3] * 24)], list(range(24)))
+    assert_same(rest, whole[16:], "resumed from a copied slot")
+    with pytest.raises(ValueError, match="state slot"):
+        r.forward([1, 2], [r.segment([0], 0, 2)], [1])
+    with pytest.raises(ValueError, match="state slot"):
+        r.forward([1, 2], [r.segment([0], 0, 2, -1, [0, 99])], [1])
+
+
+def test_hybrid_refusals_on_mlx(hybrid_model, default_model, tmp_path):
+    """A qwen35 GGUF runs on the torch engine, and layers placed otherwise than mlx-lm's
+    Qwen3.5 places them would build another model: both are refused with a clear error."""
+    from tensorfold.checkpoints.errors import CheckpointError
+    from tensorfold.checkpoints.files import gguf_file
+    from tensorfold.checkpoints.gguf_convert import convert_gguf
+    from tests.tiny import write_hybrid_gguf
+
+    gguf = write_hybrid_gguf(hybrid_model, tmp_path / "hybrid.gguf", gguf_file(default_model))
+    with pytest.raises(CheckpointError, match="torch engine"):
+        MLXRunner(convert_gguf(gguf, tmp_path / "converted", progress=False))
+    odd = tmp_path / "odd"
+    shutil.copytree(hybrid_model, odd)
+    config = json.loads((odd / "config.json").read_text())
+    config["layer_types"] = ["linear_attention", "full_attention"] * 2
+    (odd / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="every 4 layers"):
+        MLXRunner(odd)
+
+
+def test_multimodal_hybrid_folder_serves_text_on_mlx(vision_model):
+    """A Qwen3.5 checkpoint with its vision tower (Qwen3_5ForConditionalGeneration, mlx-lm's
+    qwen3_5): its language model's logits are transformers' on text."""
+    from transformers import Qwen3_5ForConditionalGeneration
+
+    from tests.engine.test_hybrid import assert_like_transformers
+    from tests.engine.test_hybrid import prefill as prefill_hybrid
+
+    r = runner(vision_model)
+    r.allocate_state(2)
+    tokens = tokens_for(9, 24)
+    ours = prefill_hybrid(r, tokens, [0, 1], 0)
+    ref = Qwen3_5ForConditionalGeneration.from_pretrained(vision_model, dtype=torch.float32).eval()
+    with torch.no_grad():
+        assert_like_transformers(ours, ref(input_ids=torch.tensor([tokens])).logits[0])

@@ -8,6 +8,9 @@ llama's permuted q/k rows put back, as the converter does.  A GGUF that MLX's
 reader refuses (the K-quants of Q4_K_M and Q5_K_M files) is dequantized to
 float32 by the gguf package instead, as the fp32 reference reads it.
 
+Qwen3.5 hybrids load from safetensors folders through mlx-lm's qwen3_5 model
+(text-only `qwen3_5_text` folders too); their GGUFs run on the torch engine.
+
 `weights` picks what the layers compute with: "auto" keeps the checkpoint's
 format on a GPU and dequantizes to float32 on the CPU, where MLX's quantized
 and float16 matrix products are many times slower than float32 ones.
@@ -22,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ...checkpoints import qwen35
 from ...checkpoints.errors import CheckpointError
 from ...checkpoints.files import gguf_file, read_config, safetensors_files
 from ...checkpoints.gguf_convert import dequantized_weights, hf_tensor_name, unpermute_rotary
@@ -31,9 +35,19 @@ log = logging.getLogger(__name__)
 WEIGHTS = ("auto", "stored", "float32", "float16")
 
 
+# model_types whose implementation mlx-lm keeps under another name
+MODEL_TYPES = {"qwen3_5_text": "qwen3_5"}      # a text-only Qwen3.5: qwen3_5 reads its flat config
+
+
 def model_classes(config: dict[str, Any]) -> tuple[type, type]:
     """mlx-lm's Model and ModelArgs for the folder's model_type."""
     model_type = config.get("model_type", "?")
+    if model_type in MODEL_TYPES:
+        model_type = MODEL_TYPES[model_type]
+    else:
+        from mlx_lm.utils import MODEL_REMAPPING
+
+        model_type = MODEL_REMAPPING.get(model_type, model_type)
     try:
         module = importlib.import_module(f"mlx_lm.models.{model_type}")
     except ImportError:
@@ -101,6 +115,16 @@ def _dequantized(model: Any, dtype: Any) -> Any:
     return model
 
 
+def check_hybrid_layers(text: dict[str, Any]) -> None:
+    """mlx-lm's Qwen3.5 places gated attention every `full_attention_interval` layers; a
+    checkpoint whose layer_types say otherwise would load as another model."""
+    kinds = qwen35.HybridArgs.from_config(text).kinds
+    interval = text.get("full_attention_interval", 4)
+    if kinds != tuple(qwen35.ATTENTION if (i + 1) % interval == 0 else qwen35.DELTANET for i in range(len(kinds))):
+        raise CheckpointError(f"layer_types: mlx-lm's Qwen3.5 takes gated attention every {interval} layers; "
+                              "this checkpoint's layers differ (serve it with --engine torch)")
+
+
 def load_model(folder: Path, weights: str = "auto", gpu: bool = False) -> tuple[Any, dict[str, Any]]:
     """(mlx-lm model, config) for `folder`, its layers computing in the format `weights` picks."""
     import mlx.core as mx
@@ -110,9 +134,15 @@ def load_model(folder: Path, weights: str = "auto", gpu: bool = False) -> tuple[
     if weights not in WEIGHTS:
         raise CheckpointError(f"MLX weights {weights!r}: use one of {', '.join(WEIGHTS)}")
     config = read_config(folder)
+    hybrid = qwen35.is_hybrid(folder)
+    if hybrid:
+        check_hybrid_layers(qwen35.text_config(config))
     if (gguf := gguf_file(folder)) is None:
         safetensors_files(folder)                         # names what is missing, if anything
-        model, config = mlx_lm_load(Path(folder))
+        model, config = mlx_lm_load(Path(folder), get_model_classes=model_classes)
+    elif hybrid:
+        raise CheckpointError(f"{gguf.name}: a Qwen3.5 GGUF runs on the torch engine (--engine torch); on MLX give "
+                              "the checkpoint's Hugging Face or mlx-community folder")
     else:
         model_cls, args_cls = model_classes(config)
         model = model_cls(args_cls.from_dict(config))

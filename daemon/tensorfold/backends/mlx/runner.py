@@ -11,6 +11,11 @@ only on the row's position, never on the batch, its neighbours, how a prompt
 was chunked or where its blocks live: the same row gives the same bits in a
 prefill chunk, a decode step, a draft's verification or a replay.
 
+A Qwen3.5 hybrid's Gated DeltaNet layers take their recurrent state from the
+engine's state slots (engine/states.py) the same way: each row reads its source
+slot (or mlx-lm's zero state at position 0) and leaves its state in its
+destination slot, so a token's state has the same bits in every path.
+
 One row at a time costs little on the CPU, where MLX's matrix products take
 time in proportion to their rows (no batch speed-up to lose).  On a Mac's GPU
 a prompt would prefill faster in row tiles aligned to positions; that is not
@@ -27,7 +32,8 @@ import numpy as np
 import torch
 
 from ..host import host_budget
-from ..rows import Segment, check_rows
+from ...checkpoints import qwen35
+from ..rows import Segment, check_rows, check_state_slots
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +101,71 @@ class RowCache:
         return (p.k[i][self.slots].transpose(1, 0, 2)[None], p.v[i][self.slots].transpose(1, 0, 2)[None])
 
 
+class StateSlots:
+    """A hybrid's deltanet states: for each deltanet layer, its conv state [slots, K - 1,
+    conv_dim] (in the activations' dtype) and its delta-rule state [slots, v_heads,
+    v_dim, k_dim] (float32), as mlx-lm's cache holds them.  Grows (doubling) as higher
+    slots are first used, up to `slots`."""
+
+    def __init__(self, shapes: list[tuple[tuple[int, ...], Any]], layers: int, slots: int) -> None:
+        self.shapes, self.layers, self.slots = shapes, layers, slots
+        self.held = 0
+        self.arrays: list[list[Any]] = [[None] * len(shapes) for _ in range(layers)]
+
+    def ensure(self, slot: int) -> None:
+        import mlx.core as mx
+
+        if slot < self.held:
+            return
+        if slot >= self.slots:
+            raise ValueError(f"state slot {slot} outside the {self.slots} allocated")
+        grown = min(self.slots, max(slot + 1, 2 * self.held, 8))
+        for parts in self.arrays:
+            for i, (shape, dtype) in enumerate(self.shapes):
+                more = mx.zeros((grown - self.held, *shape), dtype=dtype)
+                parts[i] = more if parts[i] is None else mx.concatenate([parts[i], more])
+        mx.eval(self.arrays)
+        self.held = grown
+
+    def read(self, layer: int, slot: int) -> list[Any]:
+        """The layer's state parts in slot `slot`, [1, ...] each; Nones for the zero state."""
+        if slot < 0:
+            return [None] * len(self.shapes)
+        self.ensure(slot)
+        return [a[slot:slot + 1] for a in self.arrays[layer]]
+
+    def write(self, layer: int, slot: int, parts: list[Any]) -> None:
+        self.ensure(slot)
+        for a, part in zip(self.arrays[layer], parts):
+            a[slot:slot + 1] = part.astype(a.dtype)
+
+    def copy(self, src: int, dst: int) -> None:
+        import mlx.core as mx
+
+        for layer in range(self.layers):
+            self.write(layer, dst, self.read(layer, src))
+        mx.eval(self.arrays)
+
+
+class RowState:
+    """One row's view of one deltanet layer's state, in mlx-lm's ArraysCache protocol
+    (cache[0]: conv state, cache[1]: delta-rule state; no mask for a single row)."""
+
+    lengths = None
+
+    def __init__(self, parts: list[Any]) -> None:
+        self.parts = parts
+
+    def __getitem__(self, i: int) -> Any:
+        return self.parts[i]
+
+    def __setitem__(self, i: int, value: Any) -> None:
+        self.parts[i] = value
+
+    def advance(self, n: int) -> None:
+        pass
+
+
 class MLXRunner:
     device = torch.device("cpu")        # where the logits land
     dtype = torch.float32
@@ -107,33 +178,61 @@ class MLXRunner:
         self.gpu = mx.default_device() == mx.gpu
         self.model, config = load_model(folder, weights, gpu=self.gpu)
         inner = self.model.model if hasattr(self.model, "model") else self.model
-        attn = inner.layers[0].self_attn
-        self.layers = len(inner.layers)
-        self.kv_heads = attn.n_kv_heads
-        self.head_dim = attn.head_dim if hasattr(attn, "head_dim") else config["hidden_size"] // attn.n_heads
+        linear = [getattr(layer, "is_linear", False) for layer in inner.layers]
+        self.attention = [i for i, lin in enumerate(linear) if not lin]        # layers with KV
+        self.deltanet = [i for i, lin in enumerate(linear) if lin]             # layers with state
+        attn = inner.layers[self.attention[0]].self_attn
+        text = qwen35.text_config(config)
+        self.kv_layers = len(self.attention)
+        self.kv_heads = getattr(attn, "n_kv_heads", None) or attn.num_key_value_heads
+        self.head_dim = attn.head_dim if hasattr(attn, "head_dim") else text["hidden_size"] // attn.n_heads
         self.act_dtype = inner.norm.weight.dtype
-        self.vocab_size = int(config["vocab_size"])
-        self.max_positions = int(config.get("max_position_embeddings") or 2048)
+        self.vocab_size = int(text["vocab_size"])
+        self.max_positions = int(text.get("max_position_embeddings") or 2048)
         self.pool: KVPool | None = None
+        self.states: StateSlots | None = None
+        if self.deltanet:
+            net = inner.layers[self.deltanet[0]].linear_attn
+            self.state_shapes = [((net.conv_kernel_size - 1, net.conv_dim), self.act_dtype),
+                                 ((net.num_v_heads, net.head_v_dim, net.head_k_dim), mx.float32)]
         log.info("loaded %s in MLX (%s, %d layers) on %s, computing in %s", folder.name, config.get("model_type"),
-                 self.layers, "the GPU" if self.gpu else "the CPU", str(self.act_dtype).removeprefix("mlx.core."))
+                 len(inner.layers), "the GPU" if self.gpu else "the CPU", str(self.act_dtype).removeprefix("mlx.core."))
 
     def describe(self) -> str:
         return f"mlx {'gpu' if self.gpu else 'cpu'} {str(self.act_dtype).removeprefix('mlx.core.')}"
 
     def kv_bytes_per_token(self) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.act_dtype.size
+        return 2 * self.kv_layers * self.kv_heads * self.head_dim * self.act_dtype.size
 
     def allocate_kv(self, num_blocks: int, block_size: int) -> None:
-        self.pool = KVPool(self.layers, self.kv_heads, self.head_dim, num_blocks, block_size, self.act_dtype)
+        self.pool = KVPool(self.kv_layers, self.kv_heads, self.head_dim, num_blocks, block_size, self.act_dtype)
         log.info("KV pool: up to %d blocks of %d positions, %.1f MiB (grown as used)", num_blocks, block_size,
                  num_blocks * block_size * self.kv_bytes_per_token() / 2**20)
 
     def trim_kv(self, blocks: list[int]) -> None:
         """The pool keeps what it grew to."""
 
-    def segment(self, blocks: list[int], start: int, rows: int) -> Segment:
-        return Segment(list(blocks), start, rows)
+    def segment(self, blocks: list[int], start: int, rows: int, src: int = -1, dst: list[int] | None = None,
+                images: tuple = ()) -> Segment:
+        if images:
+            raise ValueError("the MLX engine takes no images")
+        return Segment(list(blocks), start, rows, src, dst)
+
+    # -- a hybrid's deltanet states (engine/states.py) -------------------------------------
+    def state_bytes(self) -> int:
+        """One sequence's state over every deltanet layer; 0 for a model without them."""
+        if not self.deltanet:
+            return 0
+        return len(self.deltanet) * sum(int(np.prod(shape)) * dtype.size for shape, dtype in self.state_shapes)
+
+    def allocate_state(self, slots: int) -> None:
+        self.states = StateSlots(self.state_shapes, len(self.deltanet), slots)
+
+    def copy_state(self, src: int, dst: int) -> None:
+        self.states.copy(src, dst)
+
+    def trim_state(self, slots: list[int]) -> None:
+        """The slots keep what they grew to."""
 
     def free_memory(self) -> int:
         return host_budget()
@@ -155,16 +254,27 @@ class MLXRunner:
             table = np.asarray(seg.table, dtype=np.int64)
             pool.ensure(int(table[:-(-end // B)].max()) + 1 if end else 0)
             slots = (table[:, None] * B + np.arange(B)).reshape(-1)
-            rows += [(slots, p) for p in range(seg.start, end)]
+            if self.deltanet:          # row j reads the state row j - 1 left
+                check_state_slots(seg, self.states.slots if self.states else 0)
+                rows += zip([slots] * seg.rows, range(seg.start, end), [seg.src, *seg.dst[:-1]], seg.dst)
+            else:
+                rows += [(slots, p, -1, -1) for p in range(seg.start, end)]
         wanted = {r: i for i, r in enumerate(out_rows)}
         logits: list[Any] = [None] * len(out_rows)
-        for r, (slots, pos) in enumerate(rows):
+        states = self.states
+        for r, (slots, pos, src, dst) in enumerate(rows):
             seen = mx.array(slots[:pos + 1].astype(np.int32))
-            caches = [RowCache(pool, i, int(slots[pos]), seen, pos) for i in range(self.layers)]
+            caches: list[Any] = [None] * (len(self.attention) + len(self.deltanet))
+            for kv, i in enumerate(self.attention):
+                caches[i] = RowCache(pool, kv, int(slots[pos]), seen, pos)
+            for j, i in enumerate(self.deltanet):
+                caches[i] = RowState(states.read(j, src))
             out = self.model(mx.array([[tokens[r]]]), cache=caches)
+            for j, i in enumerate(self.deltanet):
+                states.write(j, dst, caches[i].parts)
             if r in wanted:
                 logits[wanted[r]] = out[0, 0].astype(mx.float32)
-            mx.eval(pool.k, pool.v, *(x for x in logits if x is not None))
+            mx.eval(pool.k, pool.v, states.arrays if states else [], *(x for x in logits if x is not None))
         if not logits:
             return torch.zeros(0, self.vocab_size)
         return torch.from_numpy(np.array(mx.stack(logits)))
