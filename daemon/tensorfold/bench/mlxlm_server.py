@@ -33,10 +33,14 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 def write_mlx_folder(model: Any, folder: Path, out: Path) -> None:
     """`model` saved as an MLX folder mlx-lm loads: its weights as they are, the source
     folder's config less any quantization entry (the model may have been dequantized;
-    mlx-lm's writer records a quantization it finds on the layers), its tokenizer files."""
+    mlx-lm's writer records a quantization it finds on the layers) and with the model_type
+    of the mlx-lm implementation it runs, its tokenizer files."""
     from mlx_lm.utils import save_config, save_model
 
+    from ..backends.mlx.load import MODEL_TYPES
+
     config = json.loads((folder / "config.json").read_text())
+    config["model_type"] = MODEL_TYPES.get(config.get("model_type"), config.get("model_type"))
     for key in ("quantization", "quantization_config"):
         config.pop(key, None)
     save_model(out, model)
