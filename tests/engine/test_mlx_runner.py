@@ -267,3 +267,29 @@ def test_multimodal_hybrid_folder_serves_text_on_mlx(vision_model):
     ref = Qwen3_5ForConditionalGeneration.from_pretrained(vision_model, dtype=torch.float32).eval()
     with torch.no_grad():
         assert_like_transformers(ours, ref(input_ids=torch.tensor([tokens])).logits[0])
+
+
+def test_quantized_hybrid_folder(hybrid_model, tmp_path):
+    """A 4-bit Qwen3.5 folder as mlx-lm's converter writes it (model_type qwen3_5) loads,
+    dequantized to float32 on the CPU, and gives mlx-lm's own logits."""
+    from mlx_lm.utils import load_model, quantize_model, save_config, save_model
+
+    from tensorfold.backends.mlx.load import model_classes
+    from tests.engine.test_hybrid import prefill as prefill_hybrid
+
+    model, config = load_model(hybrid_model, get_model_classes=model_classes)
+    model, config = quantize_model(model, {**config, "model_type": "qwen3_5"}, group_size=32, bits=4)
+    out = tmp_path / "4bit"
+    save_model(out, model)
+    save_config(config, out / "config.json")
+    for f in TOKENIZER_FILES:
+        if (hybrid_model / f).exists():
+            shutil.copy(hybrid_model / f, out / f)
+    assert json.loads((out / "config.json").read_text())["quantization"]["bits"] == 4
+    r = runner(out)
+    r.allocate_state(2)
+    tokens = tokens_for(10, 12)
+    got = prefill_hybrid(r, tokens, [0], 0)
+    theirs, _ = load_model(out)
+    want = torch.from_numpy(np.array(theirs(mx.array([tokens]))[0].astype(mx.float32)))
+    assert torch.allclose(got, want, atol=2e-3 * float(want.abs().max())), (got - want).abs().max()

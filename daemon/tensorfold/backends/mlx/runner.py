@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..host import host_budget
 from ...checkpoints import qwen35
+from ..host import host_budget
 from ..rows import Segment, check_rows, check_state_slots
 
 log = logging.getLogger(__name__)
