@@ -647,6 +647,21 @@ def test_trimmed_kv_blocks_go_back_to_the_system(folders):
     assert_same(again, prefill(fresh, tokens, [0, 1, 2, 3]), "after a trim")
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_a_loaded_gguf_is_not_kept_mapped(default_model):
+    """The weights are repacked into memory of their own, so once loaded nothing holds the
+    GGUF's map: its pages would count again in the daemon's resident memory."""
+    import gc
+
+    from tensorfold.checkpoints.files import gguf_file
+
+    path = str(gguf_file(default_model).resolve())
+    r = native(default_model, "auto")
+    gc.collect()
+    assert r.weights == "gguf"
+    assert path not in open("/proc/self/maps").read()
+
+
 def test_cache_hands_out_written_free_blocks_once():
     from tensorfold.engine.cache import BlockCache
 

@@ -152,7 +152,7 @@ class NativeModel:
         self._kv: mmap.mmap | None = None
 
     def _f32(self, array: np.ndarray) -> int:
-        array = np.ascontiguousarray(array, dtype=np.float32)
+        array = np.array(array, dtype=np.float32, order="C")      # a copy: no view keeps a GGUF's map
         self._keep.append(array)
         return array.ctypes.data
 
