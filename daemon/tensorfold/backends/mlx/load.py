@@ -134,9 +134,10 @@ def load_model(folder: Path, weights: str = "auto", gpu: bool = False) -> tuple[
     if weights not in WEIGHTS:
         raise CheckpointError(f"MLX weights {weights!r}: use one of {', '.join(WEIGHTS)}")
     config = read_config(folder)
-    hybrid = qwen35.is_hybrid(folder)
+    text = qwen35.text_config(config)
+    hybrid = (text.get("architectures") or ["?"])[0] in qwen35.ARCHITECTURES
     if hybrid:
-        check_hybrid_layers(qwen35.text_config(config))
+        check_hybrid_layers(text)
     if (gguf := gguf_file(folder)) is None:
         safetensors_files(folder)                         # names what is missing, if anything
         model, config = mlx_lm_load(Path(folder), get_model_classes=model_classes)

@@ -54,7 +54,7 @@ class TorchRunner:
             if gguf_file(folder):
                 raise UnsupportedModel(f"{folder.name}: a Qwen3.5 GGUF runs on the CPU engine; on torch give "
                                        "its safetensors folder")
-            self.hybrid = qwen35.HybridArgs.from_config(qwen35.text_config(config))
+            self.hybrid = qwen35.HybridArgs.from_config(config)
         extra = (self.hybrid,) if self.hybrid else ()
         self.model = family.Model(self.args, iter_weights(folder), self.dtype, self.device, *extra)
         self.attention_layers = self.hybrid.kinds.count(qwen35.ATTENTION) if self.hybrid else self.args.layers
