@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -31,8 +32,8 @@ def folders(tmp_path_factory, default_model):
                               ("qwen3", "Qwen3ForCausalLM"))}
 
 
-def runner(folder) -> MLXRunner:
-    r = MLXRunner(folder)
+def runner(folder, threads: int | None = None) -> MLXRunner:
+    r = MLXRunner(folder, threads=threads)
     r.allocate_kv(64, BS)
     return r
 
@@ -91,8 +92,65 @@ def test_a_rows_bits_do_not_depend_on_its_batch(folders, arch):
     assert_same(torch.cat(rows), whole, "prefill 20 then decode")
 
 
+def mlx_lm_decode(folder, tokens: list[int], weights: str = "auto") -> torch.Tensor:
+    """mlx-lm's own model (no split linears) decoding `tokens` one at a time with its own cache."""
+    from tensorfold.backends.mlx.load import load_model
+
+    from mlx_lm.models.cache import make_prompt_cache
+
+    model, _ = load_model(folder, weights)
+    cache = make_prompt_cache(model)
+    return torch.from_numpy(np.stack([np.array(model(mx.array([[t]]), cache=cache)[0, 0].astype(mx.float32))
+                                      for t in tokens]))
+
+
+def quantized_copy(src, out, model_type: str | None = None):
+    """`src` as mlx-lm's converter writes a 4-bit mlx-community folder."""
+    from mlx_lm.utils import load_model, quantize_model, save_config, save_model
+
+    from tensorfold.backends.mlx.load import model_classes
+
+    model, config = load_model(src, get_model_classes=model_classes)
+    model, config = quantize_model(model, {**config, "model_type": model_type or config["model_type"]},
+                                   group_size=32, bits=4)
+    save_model(out, model)
+    save_config(config, out / "config.json")
+    for f in TOKENIZER_FILES:
+        if (src / f).exists():
+            shutil.copy(src / f, out / f)
+    return out
+
+
+def test_a_rows_bits_do_not_depend_on_the_thread_count(folders, hybrid_model, default_model, tmp_path):
+    """On the CPU each linear (and the tied logits head) is split by output columns over one
+    stream per thread: the bits of one thread (mlx-lm's own model), of 2 and of 3 (uneven
+    pieces) are the same, computed on a thread other than the loader's, for dense models with and without biases, the built-in GGUF (a tied
+    head), a hybrid, and 4-bit weights kept quantized."""
+    from tensorfold.backends.mlx.split import SplitEmbedding, SplitLinear
+    from tests.engine.test_hybrid import prefill as prefill_hybrid
+
+    tokens = tokens_for(11, 9)
+    cases = [(folders["llama"], "auto"), (folders["qwen2"], "auto"), (default_model, "auto"),
+             (hybrid_model, "auto"), (quantized_copy(folders["qwen3"], tmp_path / "q4"), "stored")]
+    for folder, weights in cases:
+        runs = []
+        for threads in (1, 2, 3):
+            r = MLXRunner(folder, weights=weights, threads=threads)
+            r.allocate_kv(4, BS)
+            split = [m for _, m in r.model.named_modules() if isinstance(m, (SplitLinear, SplitEmbedding))]
+            assert bool(split) == (threads > 1) and r.describe().startswith(f"mlx cpu x{threads}")
+            if r.deltanet:
+                r.allocate_state(2)
+            run = (lambda: prefill_hybrid(r, tokens, [0], 0)) if r.deltanet else (lambda: prefill(r, tokens, [0]))
+            with ThreadPoolExecutor(1) as pool:              # the engine's loop runs forwards on its own thread
+                runs.append(pool.submit(run).result())
+        assert_same(runs[0], mlx_lm_decode(folder, tokens, weights), f"{folder.name}: mlx-lm's own")
+        assert_same(runs[1], runs[0], f"{folder.name}: 2 threads")
+        assert_same(runs[2], runs[0], f"{folder.name}: 3 threads")
+
+
 def test_quantized_mlx_community_folder(folders, tmp_path):
-    """A 4-bit folder as mlx-lm's converter writes it loads (dequantized to float32 on the
+    """A 4-bit folder as mlx-lm's converter writes it loads (kept 4-bit, in float32 on the
     CPU) and gives mlx-lm's own logits; fp16 too."""
     from mlx_lm.utils import load_model, quantize_model, save_config, save_model
 
@@ -118,8 +176,8 @@ def test_quantized_mlx_community_folder(folders, tmp_path):
 
 @pytest.mark.parametrize("reader", ["mlx", "gguf"])
 def test_default_gguf_model_through_mlx(default_model, monkeypatch, reader):
-    """The built-in Q4_1 GGUF: MLX reads its blocks as its own 4-bit layout, dequantized here to
-    float32, so its logits match the fp32 torch reference's (the same dequantized weights).
+    """The built-in Q4_1 GGUF: MLX reads its blocks as its own 4-bit layout, kept quantized on
+    the CPU, so its logits match the fp32 torch reference's (the same weights' values).
     A GGUF MLX's reader refuses (K-quants) is dequantized by the gguf package: the same logits."""
     if reader == "gguf":
         real_load = mx.load
@@ -206,9 +264,7 @@ def test_hybrid_rows_are_mlx_lms_own_and_keep_their_bits(hybrid_model):
     tokens, other = tokens_for(7, 40), tokens_for(8, 9)
     A, O = [0, 1, 2], [3]
     whole = prefill_hybrid(r, tokens, A, 0)
-    cache = r.model.make_cache()
-    theirs = torch.from_numpy(np.stack([np.array(r.model(mx.array([[t]]), cache=cache)[0, 0].astype(mx.float32))
-                                        for t in tokens]))
+    theirs = mlx_lm_decode(hybrid_model, tokens)
     assert_same(whole, theirs, "mlx-lm's own decode")
     assert_like_transformers(whole, transformers_text_logits(hybrid_model, tokens))
     for chunk in (1, 7):
@@ -271,20 +327,12 @@ def test_multimodal_hybrid_folder_serves_text_on_mlx(vision_model):
 
 def test_quantized_hybrid_folder(hybrid_model, tmp_path):
     """A 4-bit Qwen3.5 folder as mlx-lm's converter writes it (model_type qwen3_5) loads,
-    dequantized to float32 on the CPU, and gives mlx-lm's own logits."""
-    from mlx_lm.utils import load_model, quantize_model, save_config, save_model
+    kept 4-bit in float32 on the CPU, and gives mlx-lm's own logits."""
+    from mlx_lm.utils import load_model
 
-    from tensorfold.backends.mlx.load import model_classes
     from tests.engine.test_hybrid import prefill as prefill_hybrid
 
-    model, config = load_model(hybrid_model, get_model_classes=model_classes)
-    model, config = quantize_model(model, {**config, "model_type": "qwen3_5"}, group_size=32, bits=4)
-    out = tmp_path / "4bit"
-    save_model(out, model)
-    save_config(config, out / "config.json")
-    for f in TOKENIZER_FILES:
-        if (hybrid_model / f).exists():
-            shutil.copy(hybrid_model / f, out / f)
+    out = quantized_copy(hybrid_model, tmp_path / "4bit", "qwen3_5")
     assert json.loads((out / "config.json").read_text())["quantization"]["bits"] == 4
     r = runner(out)
     r.allocate_state(2)

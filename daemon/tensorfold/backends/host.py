@@ -1,5 +1,5 @@
-"""What the host machine has free: the KV budget of CPU runners; and handing freed
-memory back to it.
+"""What the host machine has: its cores, the KV budget of CPU runners; and handing
+freed memory back to it.
 
 On the CPU (and on unified-memory GPUs, whose allocations come out of the
 host's RAM) the budget is MemAvailable less a tenth of RAM, at least 4 GiB.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,16 @@ def host_memory() -> tuple[int, int]:
             info[name] = int(value.split()[0]) * 1024
         return info["MemTotal"], info["MemAvailable"]
     except (OSError, KeyError, ValueError):
-        import os
-
         pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
         return pages * size, pages * size // 2
+
+
+def default_threads() -> int:
+    """The machine's cores available to this process."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
 
 
 def host_budget() -> int:

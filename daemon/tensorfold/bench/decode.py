@@ -76,7 +76,7 @@ def bench_prompt(tokenizer, n_tokens: int) -> list[int]:
 
 def our_threads(requested: int | None) -> int:
     """--threads, else the thread count our CPU engine picks by default."""
-    from ..native.runner import default_threads
+    from ..backends.host import default_threads
 
     return requested or default_threads()
 

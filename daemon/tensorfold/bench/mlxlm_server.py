@@ -32,9 +32,10 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 def write_mlx_folder(model: Any, folder: Path, out: Path) -> None:
     """`model` saved as an MLX folder mlx-lm loads: its weights as they are, the source
-    folder's config less any quantization entry (the model may have been dequantized;
-    mlx-lm's writer records a quantization it finds on the layers) and with the model_type
-    of the mlx-lm implementation it runs, its tokenizer files."""
+    folder's config with the quantization the model's layers have (each quantized layer's
+    group size and bits, as mlx-lm's loader reads them) and the model_type of the mlx-lm
+    implementation it runs, its tokenizer files."""
+    import mlx.nn as nn
     from mlx_lm.utils import save_config, save_model
 
     from ..backends.mlx.load import MODEL_TYPES
@@ -43,6 +44,10 @@ def write_mlx_folder(model: Any, folder: Path, out: Path) -> None:
     config["model_type"] = MODEL_TYPES.get(config.get("model_type"), config.get("model_type"))
     for key in ("quantization", "quantization_config"):
         config.pop(key, None)
+    layers = {path: {"group_size": m.group_size, "bits": m.bits, "mode": m.mode}
+              for path, m in model.named_modules() if isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding))}
+    if layers:
+        config["quantization"] = {**next(iter(layers.values())), **layers}
     save_model(out, model)
     save_config(config, out / "config.json")
     for name in TOKENIZER_FILES:

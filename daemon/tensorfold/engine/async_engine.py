@@ -50,7 +50,7 @@ def make_runner(folder: Path, config: EngineConfig) -> Any:
 
         if (why := mlx_missing()) is not None:
             raise UnsupportedModel(why)
-        return MLXRunner(folder)
+        return MLXRunner(folder, threads=config.threads)
     if pick_device(config.device).type == "cpu":
         if config.dtype not in ("auto", "float32"):
             raise UnsupportedModel(f"--dtype {config.dtype} applies to CUDA; the CPU engine computes in float32 "

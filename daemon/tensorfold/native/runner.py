@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..backends.host import host_budget
+from ..backends.host import default_threads, host_budget
 from ..backends.rows import Segment, check_rows, check_state_slots
 from ..backends.torch.models.llama import ModelArgs
 from ..backends.torch.runner import UnsupportedModel
@@ -147,13 +147,3 @@ class NativeRunner:
 
 
 Rows = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-
-
-def default_threads() -> int:
-    """The machine's cores available to this process."""
-    import os
-
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 1

@@ -12,8 +12,12 @@ Qwen3.5 hybrids load from safetensors folders through mlx-lm's qwen3_5 model
 (text-only `qwen3_5_text` folders too); their GGUFs run on the torch engine.
 
 `weights` picks what the layers compute with: "auto" keeps the checkpoint's
-format on a GPU and dequantizes to float32 on the CPU, where MLX's quantized
-and float16 matrix products are many times slower than float32 ones.
+format on a GPU; on the CPU it keeps quantized weights as they are, with their
+scales and every other array in float32, since MLX's float16 and bfloat16
+products are slower there than float32 ones.  Quantized is the fastest on the
+CPU too: the built-in Q4_1 model decodes a row in 104 ms kept quantized, 189 ms
+dequantized to float32 (MLX 0.32, one thread, this x86 CPU).  "float32" and
+"float16" dequantize every layer.
 """
 
 from __future__ import annotations
@@ -150,9 +154,9 @@ def load_model(folder: Path, weights: str = "auto", gpu: bool = False) -> tuple[
         arrays = model.sanitize(_gguf_arrays(gguf, config))
         nn.quantize(model, class_predicate=lambda p, m: _quantized_params(arrays, p, m))
         model.load_weights(list(arrays.items()), strict=True)
-    if weights == "auto":
-        weights = "stored" if gpu else "float32"
-    if weights != "stored":
+    if weights == "auto" and not gpu:
+        model.set_dtype(mx.float32)              # quantized weights kept, their scales widened (no loss)
+    elif weights in ("float32", "float16"):
         model = _dequantized(model, mx.float32 if weights == "float32" else mx.float16)
     mx.eval(model.parameters())
     model.eval()

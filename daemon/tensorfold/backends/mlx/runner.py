@@ -16,10 +16,9 @@ engine's state slots (engine/states.py) the same way: each row reads its source
 slot (or mlx-lm's zero state at position 0) and leaves its state in its
 destination slot, so a token's state has the same bits in every path.
 
-One row at a time costs little on the CPU, where MLX's matrix products take
-time in proportion to their rows (no batch speed-up to lose).  On a Mac's GPU
-a prompt would prefill faster in row tiles aligned to positions; that is not
-built yet.
+On the CPU each linear is split by output columns over one stream per thread
+(split.py), which keeps every bit.  On a Mac's GPU a prompt would prefill
+faster in row tiles aligned to positions; that is not built yet.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ import numpy as np
 import torch
 
 from ...checkpoints import qwen35
-from ..host import host_budget
+from ..host import default_threads, host_budget
 from ..rows import Segment, check_rows, check_state_slots
 
 log = logging.getLogger(__name__)
@@ -50,13 +49,13 @@ def mlx_missing() -> str | None:
 
 
 class KVPool:
-    """Keys and values of every layer, [slots, kv_heads, head_dim] each, slot = block * B + offset.
+    """Keys and values of every layer, [kv_heads, slots, head_dim] each, slot = block * B + offset.
     Grows (doubling, where the memory free allows) as higher block ids are first used, up to
     `num_blocks`."""
 
     def __init__(self, layers: int, kv_heads: int, head_dim: int, num_blocks: int, block_size: int,
                  dtype: Any) -> None:
-        self.shape, self.dtype = (kv_heads, head_dim), dtype
+        self.kv_heads, self.head_dim, self.dtype = kv_heads, head_dim, dtype
         self.num_blocks, self.block_size = num_blocks, block_size
         self.block_bytes = 2 * layers * block_size * kv_heads * head_dim * dtype.size
         self.blocks = 0
@@ -77,11 +76,11 @@ class KVPool:
             return
         affordable = host_budget() // self.block_bytes
         grown = min(self.num_blocks, max(blocks, min(2 * self.blocks, self.blocks + affordable), 16))
-        more = ((grown - self.blocks) * self.block_size, *self.shape)
+        more = (self.kv_heads, (grown - self.blocks) * self.block_size, self.head_dim)
         for arrays in (self.k, self.v):
             for i, a in enumerate(arrays):           # each its own array: writes update arrays in place
                 arrays[i] = mx.zeros(more, dtype=self.dtype) if a is None else \
-                    mx.concatenate([a, mx.zeros(more, dtype=self.dtype)])
+                    mx.concatenate([a, mx.zeros(more, dtype=self.dtype)], axis=1)
         mx.eval(self.k, self.v)
         self.blocks = grown
 
@@ -96,9 +95,9 @@ class RowCache:
 
     def update_and_fetch(self, keys: Any, values: Any) -> tuple[Any, Any]:
         p, i, s = self.pool, self.layer, self.slot
-        p.k[i][s:s + 1] = keys[0].transpose(1, 0, 2).astype(p.dtype)
-        p.v[i][s:s + 1] = values[0].transpose(1, 0, 2).astype(p.dtype)
-        return (p.k[i][self.slots].transpose(1, 0, 2)[None], p.v[i][self.slots].transpose(1, 0, 2)[None])
+        p.k[i][:, s:s + 1] = keys[0].astype(p.dtype)
+        p.v[i][:, s:s + 1] = values[0].astype(p.dtype)
+        return p.k[i][None, :, self.slots], p.v[i][None, :, self.slots]
 
 
 class StateSlots:
@@ -170,13 +169,16 @@ class MLXRunner:
     device = torch.device("cpu")        # where the logits land
     dtype = torch.float32
 
-    def __init__(self, folder: Path, weights: str = "auto") -> None:
+    def __init__(self, folder: Path, weights: str = "auto", threads: int | None = None) -> None:
         import mlx.core as mx
 
         from .load import load_model
+        from .split import split_linears
 
         self.gpu = mx.default_device() == mx.gpu
         self.model, config = load_model(folder, weights, gpu=self.gpu)
+        self.threads = 1 if self.gpu else threads or default_threads()
+        split_linears(self.model, self.threads)
         inner = self.model.model if hasattr(self.model, "model") else self.model
         linear = [getattr(layer, "is_linear", False) for layer in inner.layers]
         self.attention = [i for i, lin in enumerate(linear) if not lin]        # layers with KV
@@ -196,10 +198,12 @@ class MLXRunner:
             self.state_shapes = [((net.conv_kernel_size - 1, net.conv_dim), self.act_dtype),
                                  ((net.num_v_heads, net.head_v_dim, net.head_k_dim), mx.float32)]
         log.info("loaded %s in MLX (%s, %d layers) on %s, computing in %s", folder.name, config.get("model_type"),
-                 len(inner.layers), "the GPU" if self.gpu else "the CPU", str(self.act_dtype).removeprefix("mlx.core."))
+                 len(inner.layers), "the GPU" if self.gpu else f"the CPU ({self.threads} streams)",
+                 str(self.act_dtype).removeprefix("mlx.core."))
 
     def describe(self) -> str:
-        return f"mlx {'gpu' if self.gpu else 'cpu'} {str(self.act_dtype).removeprefix('mlx.core.')}"
+        where = "gpu" if self.gpu else f"cpu x{self.threads}"
+        return f"mlx {where} {str(self.act_dtype).removeprefix('mlx.core.')}"
 
     def kv_bytes_per_token(self) -> int:
         return 2 * self.kv_layers * self.kv_heads * self.head_dim * self.act_dtype.size
