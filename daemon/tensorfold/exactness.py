@@ -286,7 +286,6 @@ def in_process_servers(args: argparse.Namespace) -> Iterator[dict[str, str]]:
     from .config import EngineConfig, ServerConfig
     from .backends.torch.runner import pick_device
     from .engine.async_engine import AsyncEngine, pick_engine
-    from .checkpoints.qwen35 import is_hybrid
     from .parsers import parser_for_template
 
     folder = resolve_model(args.model)
@@ -297,7 +296,7 @@ def in_process_servers(args: argparse.Namespace) -> Iterator[dict[str, str]]:
                "chunk": EngineConfig(parallel=2, prefill_chunk=23, **common),
                "preempt": EngineConfig(parallel=1, **common),
                "model": EngineConfig(parallel=8, draft_model=args.draft_model or str(folder), **common)}
-    if pick_engine(configs["main"]) == "torch" and pick_device(args.device).type == "cpu" and not is_hybrid(folder):
+    if pick_engine(configs["main"]) == "torch" and pick_device(args.device).type == "cpu":
         configs["ranks2"] = EngineConfig(parallel=8, threads=1, ranks=2, **common)
     with ExitStack() as stack:
         urls = {}

@@ -148,14 +148,6 @@ def test_segments_name_their_state_slots(runner):
         r.forward([1, 2], [r.segment([0], 0, 2, -1, [0, 99])], [1])          # outside the pool
 
 
-def test_hybrid_refuses_two_ranks(hybrid_model):
-    from tensorfold.backends.torch.runner import UnsupportedModel
-    from tensorfold.native.runner import NativeRunner
-
-    with pytest.raises(UnsupportedModel, match="one rank"):
-        NativeRunner(hybrid_model, ranks=2, rank=0)
-
-
 def test_gguf_in_llama_cpp_layout_matches_transformers(hybrid_model, default_model, tmp_path, monkeypatch):
     """A qwen35 GGUF as llama.cpp writes it (tiled value heads, 1 + weight norms, -exp(A_log)):
     converted to a folder and loaded, its logits are transformers' on the same weights.

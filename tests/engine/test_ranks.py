@@ -28,14 +28,21 @@ from tests.tiny import make_tiny_checkpoint
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory, default_model):
+def checkpoints(tmp_path_factory, default_model, hybrid_model):
     """Llama (the default model's GGUF: Q4_1, a tied head, 3 kv heads split 1 + 2), Qwen2 (q, k, v
-    biases) and Qwen3 (per-head norms) tiny random checkpoints."""
+    biases) and Qwen3 (per-head norms) tiny random checkpoints; the tiny Qwen3.5 hybrid from
+    safetensors and as a qwen35 GGUF (its value heads in llama.cpp's tiled order)."""
+    from tensorfold.checkpoints.files import gguf_file
+    from tensorfold.checkpoints.gguf_convert import convert_gguf
+    from tests.tiny import write_hybrid_gguf
+
     root = tmp_path_factory.mktemp("ranks")
+    gguf = write_hybrid_gguf(hybrid_model, root / "hybrid.gguf", gguf_file(default_model))
     return {"default": default_model,
             "qwen2": make_tiny_checkpoint(root / "qwen2", default_model, arch="Qwen2ForCausalLM", seed=3,
                                           heads=6, kv_heads=3, hidden=96),
-            "qwen3": make_tiny_checkpoint(root / "qwen3", default_model, arch="Qwen3ForCausalLM", seed=4)}
+            "qwen3": make_tiny_checkpoint(root / "qwen3", default_model, arch="Qwen3ForCausalLM", seed=4),
+            "hybrid": hybrid_model, "hybrid-gguf": convert_gguf(gguf, root / "hybrid-gguf", progress=False)}
 
 
 def test_split_plan():
@@ -48,19 +55,52 @@ def test_split_plan():
         Shard.plan(0, 2, heads=4, kv_heads=2, head_dim=8, hidden=32, ffn=64, vocab=1000)
 
 
+def test_hybrid_split_plan():
+    """A deltanet splits by key head; each rank keeps the value heads that read its keys: a
+    run of them grouped by key head, every k_heads-th one in llama.cpp's tiled order."""
+    from tensorfold.checkpoints.qwen35 import HybridArgs
+
+    h = HybridArgs(kinds=(1, 1, 1, 0), rot_dim=8, k_heads=3, v_heads=6, k_dim=16, v_dim=32, conv_k=4)
+    sizes = dict(heads=4, kv_heads=2, head_dim=32, hidden=64, ffn=128, vocab=1000, hybrid=h)
+    grouped, tiled = Shard.plan(1, 2, **sizes), Shard.plan(1, 2, **sizes, tiled=True)
+    assert grouped.dn_keys == tiled.dn_keys == [0, 1, 3]
+    assert grouped.dn_values == [[0, 1], [2, 3, 4, 5]] and tiled.dn_values == [[0, 3], [1, 2, 4, 5]]
+    local = tiled.deltanet(h)
+    assert (local.k_heads, local.v_heads, local.conv_dim) == (2, 4, 2 * 2 * 16 + 4 * 32)
+    qkv, z = tiled.deltanet_rows(h)          # q and k of key heads 1, 2; v and z of value heads 1, 2, 4, 5
+    assert qkv == [(16, 48), (64, 96), (128, 160), (160, 192), (224, 256), (256, 288)]
+    assert z == [(32, 64), (64, 96), (128, 160), (160, 192)]
+    with pytest.raises(CheckpointError, match="1 deltanet key head"):
+        Shard.plan(0, 2, **{**sizes, "hybrid": HybridArgs((1, 0), 8, 1, 2, 16, 16, 4)})
+    with pytest.raises(CheckpointError, match="deltanet head dims 8, 16"):
+        Shard.plan(0, 2, **{**sizes, "hybrid": HybridArgs((1, 0), 8, 2, 2, 8, 16, 4)})
+
+
 def forwards(runner) -> list[torch.Tensor]:
-    """A prefill chunk, a mixed round (a continuation and a new sequence's rows), and decode steps."""
+    """A prefill chunk, a mixed round (a continuation and a new sequence's rows), and decode steps;
+    on a hybrid, with its state slots: kept in place, copied (a snapshot), resumed from the copy
+    into another slot, and given back."""
     runner.allocate_kv(16, 32)
+    hybrid = runner.state_bytes() > 0
+    if hybrid:
+        runner.allocate_state(6)
+
+    def seg(table, start, rows, src=-1, dst=0):
+        return runner.segment(table, start, rows, src, [dst] * rows) if hybrid else runner.segment(table, start, rows)
     toks = [(37 * i + 11) % 4000 + 100 for i in range(80)]
-    out = [runner.forward(toks[:40], [runner.segment([0, 1], 0, 40)], list(range(40)))]
-    out.append(runner.forward(toks[40:45] + toks[:3], [runner.segment([0, 1], 40, 5), runner.segment([5], 0, 3)],
-                              [4, 7]))
+    out = [runner.forward(toks[:40], [seg([0, 1], 0, 40)], list(range(40)))]
+    out.append(runner.forward(toks[40:45] + toks[:3], [seg([0, 1], 40, 5, 0), seg([5], 0, 3, -1, 1)], [4, 7]))
+    if hybrid:
+        runner.copy_state(0, 2)
     for i in range(3):
-        out.append(runner.forward([toks[50 + i]], [runner.segment([0, 1, 2], 45 + i, 1)], [0]))
+        out.append(runner.forward([toks[50 + i]], [seg([0, 1, 2], 45 + i, 1, 0, 0)], [0]))
+    if hybrid:
+        out.append(runner.forward([toks[60]], [seg([0, 1, 2], 45, 1, 2, 3)], [0]))
+        runner.trim_state([3])
     return out
 
 
-@pytest.mark.parametrize("name", ["default", "qwen2", "qwen3"])
+@pytest.mark.parametrize("name", ["default", "qwen2", "qwen3", "hybrid", "hybrid-gguf"])
 def test_two_ranks_give_one_ranks_logits(checkpoints, name):
     runner = NativeRunner(checkpoints[name], threads=1)
     one = forwards(runner)
@@ -69,6 +109,8 @@ def test_two_ranks_give_one_ranks_logits(checkpoints, name):
         assert "2 ranks" in two.describe()
         assert two.runner.kv_bytes_per_token() < runner.kv_bytes_per_token()    # rank 0: its own heads' KV
         assert two.kv_bytes_per_token() == runner.kv_bytes_per_token()         # planned: every rank's
+        if name.startswith("hybrid"):                                           # and the same for states
+            assert 0 < two.runner.state_bytes() < runner.state_bytes() <= two.state_bytes()
         got = forwards(two)
         assert two.group.bytes_sent > 0
     finally:

@@ -45,7 +45,8 @@ class Layer(C.Structure):
 
 class DeltaNet(C.Structure):
     _fields_ = [(name, C.c_int32) for name in ("k_heads", "v_heads", "k_dim", "v_dim", "conv_k", "tiled")] + [
-                ("state", C.c_void_p), ("slot_stride", C.c_int64)]
+                ("state", C.c_void_p), ("slot_stride", C.c_int64), ("v_all", C.c_int32),
+                ("v_order", C.c_void_p), ("v_split", C.c_int32 * (MAX_RANKS + 1))]
 
 
 class Model(C.Structure):

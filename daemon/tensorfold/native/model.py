@@ -25,7 +25,7 @@ from ..checkpoints.errors import CheckpointError
 from ..checkpoints.files import gguf_file, iter_safetensors
 from ..checkpoints.qwen35 import ATTENTION, DELTANET, HybridArgs, hf_weights, split_q_gate
 from . import lib, quant
-from .shard import Shard, take_bias, take_rows
+from .shard import Shard, take_bias, take_rows, take_runs
 
 log = logging.getLogger(__name__)
 
@@ -88,15 +88,17 @@ class NativeModel:
         self.source = "gguf" if source else weights
         w = _load_gguf(source, args, hybrid) if source else _load_safetensors(folder, weights, args, hybrid)
         self.args = args
-        self.hybrid = hybrid
         self.kinds = hybrid.kinds if hybrid else (ATTENTION,) * args.layers
         self.shard = shard
+        v_all = hybrid.v_heads if hybrid else 0
         self._keep: list[object] = []
         a = args
         tied = a.tie_word_embeddings or "lm_head.weight" not in w
         w[_HEAD] = w.get("model.embed_tokens.weight") if tied else w.pop("lm_head.weight")
         if shard is not None:
-            _take_shard(w, a, shard)
+            _take_shard(w, a, shard, hybrid)
+            hybrid = hybrid and shard.deltanet(hybrid)         # this rank's own deltanet heads
+        self.hybrid = hybrid
         arrays = {id(v): v for v in w.values()}.values()        # a tied head once
         self.weight_bytes = sum(quant.nbytes(v) if isinstance(v, quant.Packed) else v.nbytes for v in arrays)
         layers = (lib.Layer * a.layers)()
@@ -115,7 +117,7 @@ class NativeModel:
                 L.qgate = self._weight(w, p + "self_attn.q_gate.weight")
             if kind == DELTANET:
                 d = p + "linear_attn."
-                taps = np.asarray(w[d + "conv1d.weight"], np.float32).reshape(hybrid.conv_dim, hybrid.conv_k).T
+                taps = np.asarray(w[d + "conv1d.weight"], np.float32).reshape(-1, hybrid.conv_k).T
                 L.conv, L.dt_bias = self._f32(taps), self._f32(w[d + "dt_bias"])
                 L.decay_a, L.gnorm = self._f32(w[d + "decay_a"]), self._f32(w[d + "norm.weight"])
         self._keep.append(layers)
@@ -142,6 +144,12 @@ class NativeModel:
             d.k_heads, d.v_heads, d.k_dim, d.v_dim = hybrid.k_heads, hybrid.v_heads, hybrid.k_dim, hybrid.v_dim
             d.conv_k, d.tiled = hybrid.conv_k, bool(source)      # llama.cpp tiles a GGUF's value heads
             d.slot_stride = self.state_bytes() // 4
+            d.v_all = v_all
+            if shard is not None:
+                order = np.array([v for own in shard.dn_values for v in own], np.int32)
+                self._keep.append(order)
+                d.v_order = order.ctypes.data
+                d.v_split[:shard.ranks + 1] = np.cumsum([0] + [len(own) for own in shard.dn_values]).tolist()
         self._state: mmap.mmap | None = None
         self.state_slots = 0
         if a.head_dim % 8:
@@ -218,9 +226,7 @@ class NativeModel:
     def state_bytes(self) -> int:
         """One sequence's deltanet state, padded to whole pages (a slot, so each can go back
         to the system by itself); 0 for a model without deltanet layers."""
-        if not (self.hybrid and self.hybrid.deltanet_layers):
-            return 0
-        return -(-4 * self.hybrid.state_floats // mmap.PAGESIZE) * mmap.PAGESIZE
+        return slot_bytes(self.hybrid)
 
     def allocate_state(self, slots: int) -> None:
         """`slots` state slots in an anonymous map (backed as written)."""
@@ -285,16 +291,28 @@ class RanksFailed(RuntimeError):
     """A gather between ranks failed: the ranks are out of step."""
 
 
-def _take_shard(w: dict, a: ModelArgs, shard: Shard) -> None:
+def slot_bytes(hybrid: HybridArgs | None) -> int:
+    """One sequence's deltanet state (of `hybrid`'s heads), padded to whole pages; 0 without."""
+    if not (hybrid and hybrid.deltanet_layers):
+        return 0
+    return -(-4 * hybrid.state_floats // mmap.PAGESIZE) * mmap.PAGESIZE
+
+
+def _take_shard(w: dict, a: ModelArgs, shard: Shard, hybrid: HybridArgs | None) -> None:
     """Keep this rank's rows of every split weight (shard.py), in place."""
     group_rows = a.heads // a.kv_heads * a.head_dim
     (k0, k1), (h0, h1), (f0, f1), (v0, v1) = (shard.own(n) for n in ("kv", "hidden", "ffn", "vocab"))
     rows = {"q": (k0 * group_rows, k1 * group_rows), "k": (k0 * a.head_dim, k1 * a.head_dim),
             "v": (k0 * a.head_dim, k1 * a.head_dim), "o": (h0, h1), "down": (h0, h1), "gate": (f0, f1),
             "up": (f0, f1)}
-    for i in range(a.layers):
-        for field, part in _PARTS.items():
-            name = f"model.layers.{i}.{part}"
+    attention = {**_PARTS, "qgate": "self_attn.q_gate"}
+    rows["qgate"] = rows["q"]
+    for i, kind in enumerate(hybrid.kinds if hybrid else (ATTENTION,) * a.layers):
+        p = f"model.layers.{i}."
+        if kind == DELTANET:
+            _take_deltanet(w, p + "linear_attn.", hybrid, shard)
+        for field, part in ({"o": _DELTANET["o"], **_MLP} if kind == DELTANET else attention).items():
+            name = p + part
             r0, r1 = rows[field]
             if isinstance(w.get(name + ".weight"), quant.Packed):     # a missing one is refused later
                 w[name + ".weight"] = take_rows(w[name + ".weight"], r0, r1)
@@ -302,3 +320,18 @@ def _take_shard(w: dict, a: ModelArgs, shard: Shard) -> None:
                 w[name + ".bias"] = take_bias(w[name + ".bias"], r0, r1)
     if isinstance(w[_HEAD], quant.Packed):
         w[_HEAD] = take_rows(w[_HEAD], v0, v1)
+
+
+def _take_deltanet(w: dict, d: str, hybrid: HybridArgs, shard: Shard) -> None:
+    """This rank's part of one deltanet layer (prefix `d`): its heads' in_qkv rows, conv
+    channels, z rows, dt_bias and decay; b, a and the gated norm stay whole."""
+    qkv, z = shard.deltanet_rows(hybrid)
+    for name, runs in (("in_proj_qkv.weight", qkv), ("in_proj_z.weight", z)):
+        if isinstance(w.get(d + name), quant.Packed):
+            w[d + name] = take_runs(w[d + name], runs)
+    channels = np.concatenate([np.arange(a, b) for a, b in qkv])
+    conv = np.asarray(w[d + "conv1d.weight"], np.float32).reshape(hybrid.conv_dim, hybrid.conv_k)
+    w[d + "conv1d.weight"] = np.ascontiguousarray(conv[channels]).reshape(-1)
+    own = shard.dn_values[shard.rank]
+    for name in ("dt_bias", "decay_a"):
+        w[d + name] = np.ascontiguousarray(np.asarray(w[d + name], np.float32)[own])

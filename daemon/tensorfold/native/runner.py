@@ -12,7 +12,7 @@ from ..backends.host import default_threads, host_budget
 from ..backends.rows import Segment, check_rows, check_state_slots
 from ..backends.torch.models.llama import ModelArgs
 from ..backends.torch.runner import UnsupportedModel
-from ..checkpoints.files import read_config
+from ..checkpoints.files import gguf_file, read_config
 from ..checkpoints import qwen35
 from . import lib
 from . import quant
@@ -38,15 +38,14 @@ class NativeRunner:
             raise UnsupportedModel(f"{folder}: architecture {arch} is not supported on the CPU "
                                    f"(supported: {', '.join(sorted(ARCHITECTURES))})")
         self.args = ModelArgs.from_config(config)
-        hybrid = qwen35.HybridArgs.from_config(config) if arch in qwen35.ARCHITECTURES else None
-        if hybrid is not None and ranks > 1:
-            raise UnsupportedModel(f"{folder}: --ranks takes Llama-family models; a Qwen3.5 hybrid runs on one rank")
+        self.hybrid = hybrid = qwen35.HybridArgs.from_config(config) if arch in qwen35.ARCHITECTURES else None
         self.threads = threads or default_threads()
         lib.ensure_threads(self.threads)
         a = self.args
         shard = None if ranks == 1 else Shard.plan(rank, ranks, heads=a.heads, kv_heads=a.kv_heads,
                                                     head_dim=a.head_dim, hidden=a.hidden_size,
-                                                    ffn=a.intermediate_size, vocab=a.vocab_size)
+                                                    ffn=a.intermediate_size, vocab=a.vocab_size, hybrid=hybrid,
+                                                    tiled=gguf_file(folder) is not None)
         self.model = NativeModel(folder, a, quant.DEFAULT_FLOAT_KIND if weights == "auto" else weights, shard,
                                  hybrid)
         self.model.struct.threads = self.threads

@@ -19,19 +19,25 @@ log = logging.getLogger(__name__)
 def follow(runner: NativeRunner, group: RankGroup) -> None:
     runner.model.set_gather(group.gather)
     vocab = runner.model.shard.vocab
+    hybrid = runner.state_bytes() > 0
     head = torch.empty(P.HEADER, dtype=torch.int64)
     while True:
         group.broadcast(head)
         op, *values = head.tolist()
         if op == P.FORWARD:
-            arrays, plans, banned, edits = P.receive_forward(group, values, vocab[-1], D.PLAN, D.RULED)
-            D.exchange(group, runner.model.forward(*arrays), vocab, plans, banned, edits)
+            arrays, images, plans, banned, edits = P.receive_forward(
+                group, values, vocab[-1], D.PLAN, D.RULED, hybrid, runner.args.hidden_size)
+            D.exchange(group, runner.model.forward(*arrays, **images), vocab, plans, banned, edits)
         elif op == P.ALLOCATE:
             runner.allocate_kv(values[0], values[1])
-        elif op == P.TRIM:
+        elif op in (P.TRIM, P.TRIM_STATES):
             payload = torch.empty(values[0], dtype=torch.int32)
             group.broadcast(payload)
-            runner.trim_kv(payload.tolist())
+            (runner.trim_kv if op == P.TRIM else runner.trim_state)(payload.tolist())
+        elif op == P.STATES:
+            runner.allocate_state(values[0])
+        elif op == P.COPY:
+            runner.copy_state(values[0], values[1])
         elif op == P.STOP:
             return
         else:

@@ -20,7 +20,7 @@ import torch
 
 from ..backends.rows import Segment
 from ..engine.shard_draw import merge_draw
-from ..native.model import RanksFailed
+from ..native.model import RanksFailed, slot_bytes
 from ..native.runner import NativeRunner
 from . import draws as D
 from . import protocol as P
@@ -63,25 +63,61 @@ class Leader:
     def free_memory(self) -> int:
         return self.runner.free_memory()
 
-    def segment(self, blocks: list[int], start: int, rows: int) -> Segment:
-        return self.runner.segment(blocks, start, rows)
+    def segment(self, *args, **kwargs) -> Segment:
+        return self.runner.segment(*args, **kwargs)
+
+    @property
+    def model(self):
+        """Rank 0's part of the model (what the engine asks of the checkpoint: M-RoPE)."""
+        return self.runner.model
+
+    def image_inputs(self, segments: list[Segment]) -> dict:
+        return self.runner.image_inputs(segments)
+
+    # -- a hybrid's deltanet states: every rank holds its own heads' part of each slot -----
+    def state_bytes(self) -> int:
+        """Every rank's part of a slot together: the ranks of one machine share its memory."""
+        model = self.runner.model
+        if not model.hybrid:
+            return 0
+        shard, whole = model.shard, self.runner.hybrid
+        return sum(slot_bytes(shard.deltanet(whole, q)) for q in range(self.ranks))
+
+    def allocate_state(self, slots: int) -> None:
+        self._step(lambda: self.group.broadcast(P.header(P.STATES, slots)))
+        self.runner.allocate_state(slots)
+
+    def copy_state(self, src: int, dst: int) -> None:
+        self.runner.copy_state(src, dst)           # checks the slots before any rank sees them
+        self._step(lambda: self.group.broadcast(P.header(P.COPY, src, dst)))
+
+    def trim_state(self, slots: list[int]) -> None:
+        self._send_ids(P.TRIM_STATES, slots)
+        if slots and not self.down:
+            self.runner.trim_state(slots)
 
     def allocate_kv(self, num_blocks: int, block_size: int) -> None:
         self._step(lambda: self.group.broadcast(P.header(P.ALLOCATE, num_blocks, block_size)))
         self.runner.allocate_kv(num_blocks, block_size)
 
     def trim_kv(self, blocks: list[int]) -> None:
-        if not blocks or self.down:
+        self._send_ids(P.TRIM, blocks)
+        if blocks and not self.down:
+            self.runner.trim_kv(blocks)
+
+    def _send_ids(self, op: int, ids: list[int]) -> None:
+        """A TRIM command: memory given back, so a rank that is down is only logged (the next
+        request is refused)."""
+        if not ids or self.down:
             return
 
         def send() -> None:
-            self.group.broadcast(P.header(P.TRIM, len(blocks)))
-            self.group.broadcast(torch.tensor(blocks, dtype=torch.int32))
+            self.group.broadcast(P.header(op, len(ids)))
+            self.group.broadcast(torch.tensor(ids, dtype=torch.int32))
         try:
             self._step(send)
         except RanksFailed:
-            return                 # logged; the next request is refused
-        self.runner.trim_kv(blocks)
+            pass
 
     def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int],
                 draws: list[D.Draw | None] | None = None) -> Any:
@@ -90,14 +126,16 @@ class Leader:
         gives them, or None for a row whose rules are of another kind): (rows, tokens):
         tokens[i] the keyed draw made across the ranks (draws.py), or None where rows[i] holds
         the whole logits, as the forward gave them, to apply the row's rules to and draw from."""
-        arrays = self.runner.rows(tokens, segments, out_rows)      # checked before any rank sees it
+        r = self.runner                              # the rows are checked before any rank sees them
+        arrays = r.rows(tokens, segments, out_rows) + r.states(segments)
+        images = r.image_inputs(segments)
         plans, banned, edits = D.plans_of(draws or [None] * len(out_rows))
 
         def step() -> D.Exchanged:
             g = self.group
             sent, gathers = g.bytes_sent, g.gathers
-            P.send_forward(g, arrays, plans, banned, edits)
-            ex = D.exchange(g, self.runner.model.forward(*arrays), self._vocab, plans, banned, edits)
+            P.send_forward(g, arrays, images, plans, banned, edits)
+            ex = D.exchange(g, r.model.forward(*arrays, **images), self._vocab, plans, banned, edits)
             self.last_step = (g.gathers - gathers, g.bytes_sent - sent)
             return ex
         ex = self._step(step)

@@ -21,9 +21,10 @@ enum { DN_MAX_V = 1024 };
 typedef struct {
     const tf_model *m;
     const tf_layer *L;
-    const float *lin;                /* [rows, lw]: in_qkv (conv_dim), z (v heads * v_dim), b, a */
+    const float *lin;                /* [rows, lw]: in_qkv (conv_dim), z (v heads * v_dim), b, a (v_all each) */
     int lw, rows, cd;
     const int32_t *src, *dst;
+    const int32_t *vmap;             /* this rank's value heads' indices in the whole model, or NULL */
     float *mix;                      /* [rows, cd]: conv + SiLU of in_qkv; q and k normalized */
     float *beta, *decay;             /* [rows, v_heads] */
     float *core;                     /* [rows, v_heads * v_dim]: the recurrence's outputs */
@@ -140,10 +141,11 @@ static void prep_job(void *p, int ith, int nth) {
             if (h < HK)
                 for (int i = 0; i < KD; i++) e[i] = e[i] / root;
         }
-        const float *b = j->lin + r * j->lw + j->cd + (int64_t)HV * VD, *a = b + HV;
+        const float *b = j->lin + r * j->lw + j->cd + (int64_t)HV * VD, *a = b + d->v_all;
         for (int h = 0; h < HV; h++) {
-            j->beta[r * HV + h] = sigmoid_(b[h]);
-            j->decay[r * HV + h] = tf_exp(j->L->decay_a[h] * softplus_(a[h] + j->L->dt_bias[h]));
+            int g = j->vmap ? j->vmap[h] : h;           /* b and a are whole on every rank */
+            j->beta[r * HV + h] = sigmoid_(b[g]);
+            j->decay[r * HV + h] = tf_exp(j->L->decay_a[h] * softplus_(a[g] + j->L->dt_bias[h]));
         }
     }
 }
@@ -226,7 +228,7 @@ int tf_deltanet_mix(const tf_model *m, const tf_layer *L, const float *lin, int 
     const tf_deltanet *d = &m->dn;
     int cd = 2 * d->k_heads * d->k_dim + d->v_heads * d->v_dim;
     if (d->v_dim > DN_MAX_V || d->k_dim % 8 || d->v_dim % 8) return -1;
-    dn_job j = {m, L, lin, lw, rows, cd, src, dst};
+    dn_job j = {m, L, lin, lw, rows, cd, src, dst, d->v_order ? d->v_order + d->v_split[m->rank] : NULL};
     j.mix = malloc(sizeof(float) * (size_t)rows * (size_t)cd);
     j.beta = malloc(sizeof(float) * (size_t)rows * (size_t)d->v_heads);
     j.decay = malloc(sizeof(float) * (size_t)rows * (size_t)d->v_heads);

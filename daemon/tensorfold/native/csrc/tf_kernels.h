@@ -111,6 +111,15 @@ typedef struct {
                                            order), else h / (v_heads / k_heads) (Hugging Face's) */
     float *state;
     int64_t slot_stride;                /* floats */
+    /* On several ranks (tf_model.ranks) k_heads and v_heads count this rank's own heads: a
+     * run of key heads and the value heads that read them.  v_all counts the whole model's
+     * value heads (b and a stay whole: v_all outputs each); v_order lists every rank's value
+     * heads, rank after rank, each by its index in the whole model, rank r's at
+     * v_order[v_split[r]..v_split[r+1]) in increasing order.  One rank: v_all = v_heads,
+     * v_order NULL. */
+    int32_t v_all;
+    const int32_t *v_order;
+    int32_t v_split[TF_MAX_RANKS + 1];
 } tf_deltanet;
 
 typedef struct {

@@ -138,6 +138,7 @@ typedef struct {
     float *x, *h, *qkv, *att, *gu, *act;
     int qkv_width;                  /* this layer's q (, gate), k, v outputs per row */
     float *act_own;                 /* where S_SILU writes: act, or this rank's part to send */
+    float *att_own;                 /* the mixer's output (S_GATE's): att, or this rank's part to send */
     tf_attn at;
     int step, threads;
 } fwd;
@@ -168,7 +169,7 @@ static void row_step(fwd *f, int64_t r) {
         tf_silu_mul(f->gu + r * 2 * F, f->gu + r * 2 * F + F, f->act_own + r * F, F);
         break;
     case S_GATE: {                                  /* gated attention: out * sigmoid(gate) */
-        float *o = f->att + r * H * D;
+        float *o = f->att_own + r * H * D;
         const float *g = f->qkv + r * QKV + H * D;
         for (int i = 0; i < H * D; i++) o[i] = o[i] * (1.0f / (tf_exp(-g[i]) + 1.0f));
         break;
@@ -247,9 +248,11 @@ typedef struct {
 
 /* Every rank's part of a split output (rank r's in send: rows x its width, where width
  * = (split[r+1] - split[r]) * unit) into y's columns split[r]*unit.. of each row (stride
- * ldy): copied, or added (y + part, the unsplit linear's accumulate) when accum. */
+ * ldy): copied, or added (y + part, the unsplit linear's accumulate) when accum.  With
+ * `order`, unit i of the parts, rank after rank, goes to columns order[i]*unit.. instead
+ * (a deltanet's value heads, which a GGUF's tiled order scatters). */
 static int join(const tf_model *m, const rank_bufs *b, const int32_t *split, int unit, int rows, float *y,
-                int ldy, int accum) {
+                int ldy, int accum, const int32_t *order) {
     int64_t most = 0;
     for (int q = 0; q < m->ranks; q++) most = MAX(most, (int64_t)(split[q + 1] - split[q]) * unit);
     int64_t count = most * rows;
@@ -258,8 +261,14 @@ static int join(const tf_model *m, const rank_bufs *b, const int32_t *split, int
         int64_t n = (int64_t)(split[q + 1] - split[q]) * unit;
         const float *src = b->recv + q * count;
         for (int64_t r = 0; r < rows; r++) {
-            float *d = y + r * ldy + (int64_t)split[q] * unit;
             const float *p = src + r * n;
+            if (order) {
+                for (int i = split[q]; i < split[q + 1]; i++)
+                    memcpy(y + r * ldy + (int64_t)order[i] * unit, p + (int64_t)(i - split[q]) * unit,
+                           sizeof(float) * (size_t)unit);
+                continue;
+            }
+            float *d = y + r * ldy + (int64_t)split[q] * unit;
             if (accum)
                 for (int64_t c = 0; c < n; c++) d[c] = d[c] + p[c];
             else
@@ -275,7 +284,7 @@ static int residual_split(fwd *f, const rank_bufs *b, const tf_weight *w, const 
     const tf_model *m = f->m;
     const int32_t *hs = m->hidden_split;
     linear(&w, 1, in, rows, b->send, hs[m->rank + 1] - hs[m->rank], 0, sc, f->threads);
-    return join(m, b, hs, 1, rows, f->x, m->hidden, 1);
+    return join(m, b, hs, 1, rows, f->x, m->hidden, 1, NULL);
 }
 
 /* the widest part of each split, times rows: what one rank sends at most */
@@ -285,6 +294,7 @@ static int64_t most_sent(const tf_model *m, int64_t rows) {
         most = MAX(most, (int64_t)(m->kv_split[q + 1] - m->kv_split[q]) * group);
         most = MAX(most, (int64_t)(m->hidden_split[q + 1] - m->hidden_split[q]));
         most = MAX(most, (int64_t)(m->ffn_split[q + 1] - m->ffn_split[q]));
+        most = MAX(most, (int64_t)(m->dn.v_split[q + 1] - m->dn.v_split[q]) * m->dn.v_dim);
     }
     return most * rows;
 }
@@ -301,8 +311,8 @@ static void layer_widths(const tf_model *m, int *lin, int *mixed) {
         const tf_layer *L = &m->layer[l];
         if (L->kind == TF_DELTANET) {
             int cd = 2 * d->k_heads * d->k_dim + d->v_heads * d->v_dim, vd = d->v_heads * d->v_dim;
-            *lin = MAX(*lin, cd + vd + 2 * d->v_heads);
-            *mixed = MAX(*mixed, vd);
+            *lin = MAX(*lin, cd + vd + 2 * d->v_all);
+            *mixed = MAX(*mixed, d->v_all * d->v_dim);            /* joined: every rank's heads */
         } else {
             *lin = MAX(*lin, (H * (L->qgate.fmt ? 2 : 1) + 2 * KV) * D);
             *mixed = MAX(*mixed, H * D);
@@ -340,7 +350,7 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
         b.recv = malloc(sizeof(float) * (size_t)(most * m->ranks));
     }
     f.act_own = split ? b.send : f.act;
-    float *att_own = split ? b.send : f.att;
+    float *att_own = f.att_own = split ? b.send : f.att;
     lin_scratch sc;
     int ok = alloc_scratch(&sc, R, maxk, outs) && f.x && f.h && f.qkv && f.att && f.gu && f.act &&
              (!split || (b.send && b.recv));
@@ -355,11 +365,17 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
             if (L->kind == TF_DELTANET) {
                 const tf_weight *in[4] = {&L->q, &L->z, &L->b, &L->a};
                 linear(in, 4, f.h, rows, f.qkv, QKV, 0, &sc, f.threads);
-                if (!state_src || tf_deltanet_mix(m, L, f.qkv, QKV, rows, state_src, state_dst, f.att, f.threads)) {
+                if (!state_src || tf_deltanet_mix(m, L, f.qkv, QKV, rows, state_src, state_dst, att_own, f.threads)) {
                     rc = -1;
                     break;
                 }
-                linear(&o, 1, f.att, rows, f.x, E, 1, &sc, f.threads);
+                const tf_deltanet *d = &m->dn;
+                if (split) {
+                    if (join(m, &b, d->v_split, d->v_dim, rows, f.att, d->v_all * d->v_dim, 0, d->v_order) ||
+                        residual_split(&f, &b, o, f.att, rows, &sc)) { rc = -2; break; }
+                } else {
+                    linear(&o, 1, f.att, rows, f.x, E, 1, &sc, f.threads);
+                }
             } else {
                 const tf_weight *gated[4] = {&L->q, &L->qgate, &L->k, &L->v}, *plain[3] = {&L->q, &L->k, &L->v};
                 f.qkv_width = (H * (L->qgate.fmt ? 2 : 1) + 2 * KV) * D;
@@ -372,11 +388,11 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
                               keys, keys + m->kv_stride, m->block_stride};
                 f.at = at;
                 tf_pool_run(attn_job, &f, f.threads);
+                if (L->qgate.fmt) run_rows(&f, S_GATE, rows);
                 if (split) {
-                    if (join(m, &b, m->kv_split, H / KV * D, rows, f.att, HW * D, 0) ||
+                    if (join(m, &b, m->kv_split, H / KV * D, rows, f.att, HW * D, 0, NULL) ||
                         residual_split(&f, &b, o, f.att, rows, &sc)) { rc = -2; break; }
                 } else {
-                    if (L->qgate.fmt) run_rows(&f, S_GATE, rows);
                     linear(&o, 1, f.att, rows, f.x, E, 1, &sc, f.threads);
                 }
             }
@@ -384,7 +400,7 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
             linear(gu, 2, f.h, rows, f.gu, 2 * F, 0, &sc, f.threads);
             run_rows(&f, S_SILU, rows);
             if (split) {
-                if (join(m, &b, m->ffn_split, 1, rows, f.act, FW, 0) ||
+                if (join(m, &b, m->ffn_split, 1, rows, f.act, FW, 0, NULL) ||
                     residual_split(&f, &b, down, f.act, rows, &sc)) { rc = -2; break; }
             } else {
                 linear(&down, 1, f.act, rows, f.x, E, 1, &sc, f.threads);
