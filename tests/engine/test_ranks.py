@@ -115,6 +115,7 @@ def test_two_ranks_give_one_ranks_logits(checkpoints, name):
         assert two.group.bytes_sent > 0
     finally:
         two.close()
+    assert [p.returncode for p in two._followers] == [0]          # stopped cleanly, no abort at exit
     for i, (a, b) in enumerate(zip(one, got)):
         assert a.shape == b.shape and torch.equal(a, b), f"forward {i}: max diff {(a - b).abs().max()}"
 
