@@ -75,7 +75,8 @@ def test_a_rows_bits_do_not_depend_on_its_batch(folders, arch):
     whole = prefill(r, tokens, A)
     for chunk in (1, 7, 16):
         assert_same(prefill(r, tokens, A, chunk), whole, f"chunks of {chunk}")
-    assert_same(prefill(r, tokens, [40, 7, 33]), whole, "other block ids")
+    assert_same(prefill(r, tokens, [40, 7, 33]), whole, "other block ids")       # keys gathered by slot
+    assert_same(prefill(r, tokens, [5, 6, 20]), whole, "a run of blocks, then another")   # sliced, then gathered
     other_alone = prefill(r, other, O)
     both = r.forward(other + tokens, [r.segment(O, 0, 25), r.segment(A, 0, PROMPT)], list(range(25 + PROMPT)))
     assert_same(both[25:], whole, "batched after another sequence")

@@ -88,7 +88,9 @@ class KVPool:
 class RowCache:
     """One row's view of one layer of the pool, in mlx-lm's cache protocol (offset,
     update_and_fetch): writes the row's key and value at its slot and returns the keys and
-    values of its sequence's positions 0..pos, [1, kv_heads, pos + 1, head_dim]."""
+    values of its sequence's positions 0..pos, [1, kv_heads, pos + 1, head_dim]: `slots`
+    picks them, a slice where they lie in one run of the pool (a view, not a copy), else
+    their slot ids.  Either way the same values in the same shape."""
 
     def __init__(self, pool: KVPool, layer: int, slot: int, slots: Any, pos: int) -> None:
         self.pool, self.layer, self.slot, self.slots, self.offset = pool, layer, slot, slots, pos
@@ -258,16 +260,18 @@ class MLXRunner:
             table = np.asarray(seg.table, dtype=np.int64)
             pool.ensure(int(table[:-(-end // B)].max()) + 1 if end else 0)
             slots = (table[:, None] * B + np.arange(B)).reshape(-1)
+            run = int(np.argmin(np.append(np.diff(table) == 1, False))) + 1   # blocks in one run from the first
             if self.deltanet:          # row j reads the state row j - 1 left
                 check_state_slots(seg, self.states.slots if self.states else 0)
-                rows += zip([slots] * seg.rows, range(seg.start, end), [seg.src, *seg.dst[:-1]], seg.dst)
+                rows += zip([(slots, run)] * seg.rows, range(seg.start, end), [seg.src, *seg.dst[:-1]], seg.dst)
             else:
-                rows += [(slots, p, -1, -1) for p in range(seg.start, end)]
+                rows += [((slots, run), p, -1, -1) for p in range(seg.start, end)]
         wanted = {r: i for i, r in enumerate(out_rows)}
         logits: list[Any] = [None] * len(out_rows)
         states = self.states
-        for r, (slots, pos, src, dst) in enumerate(rows):
-            seen = mx.array(slots[:pos + 1].astype(np.int32))
+        for r, ((slots, run), pos, src, dst) in enumerate(rows):
+            first = int(slots[0])
+            seen = slice(first, first + pos + 1) if pos // B < run else mx.array(slots[:pos + 1].astype(np.int32))
             caches: list[Any] = [None] * (len(self.attention) + len(self.deltanet))
             for kv, i in enumerate(self.attention):
                 caches[i] = RowCache(pool, kv, int(slots[pos]), seen, pos)
