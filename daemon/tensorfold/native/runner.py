@@ -95,8 +95,14 @@ class NativeRunner:
     def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> torch.Tensor:
         """Run `tokens` (segments' rows, in order); fp32 logits [len(out_rows), vocab] (on
         one of several ranks, its own vocabulary columns)."""
-        return self.model.forward(*self.rows(tokens, segments, out_rows), *self.states(segments),
-                                  **self.image_inputs(segments))
+        arrays, images = self.inputs(tokens, segments, out_rows)
+        return self.model.forward(*arrays, **images)
+
+    def inputs(self, tokens: list[int], segments: list[Segment], out_rows: list[int]
+               ) -> tuple[tuple[np.ndarray, ...], dict[str, np.ndarray]]:
+        """A forward's inputs, checked: the int32 arrays (rows, then a hybrid's state slots)
+        and the image inputs ({} without images), as NativeModel.forward takes them."""
+        return self.rows(tokens, segments, out_rows) + self.states(segments), self.image_inputs(segments)
 
     def image_inputs(self, segments: list[Segment]) -> dict[str, np.ndarray]:
         """The rows' image embeddings and M-RoPE positions, when a segment has images."""

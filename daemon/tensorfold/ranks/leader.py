@@ -126,16 +126,14 @@ class Leader:
         gives them, or None for a row whose rules are of another kind): (rows, tokens):
         tokens[i] the keyed draw made across the ranks (draws.py), or None where rows[i] holds
         the whole logits, as the forward gave them, to apply the row's rules to and draw from."""
-        r = self.runner                              # the rows are checked before any rank sees them
-        arrays = r.rows(tokens, segments, out_rows) + r.states(segments)
-        images = r.image_inputs(segments)
+        arrays, images = self.runner.inputs(tokens, segments, out_rows)    # checked before any rank sees them
         plans, banned, edits = D.plans_of(draws or [None] * len(out_rows))
 
         def step() -> D.Exchanged:
             g = self.group
             sent, gathers = g.bytes_sent, g.gathers
             P.send_forward(g, arrays, images, plans, banned, edits)
-            ex = D.exchange(g, r.model.forward(*arrays, **images), self._vocab, plans, banned, edits)
+            ex = D.exchange(g, self.runner.model.forward(*arrays, **images), self._vocab, plans, banned, edits)
             self.last_step = (g.gathers - gathers, g.bytes_sent - sent)
             return ex
         ex = self._step(step)
