@@ -121,3 +121,90 @@ def test_exact_exp_is_accurate():
     d = -torch.linspace(0, 60, 10001, dtype=torch.float64)
     rel = ((exact_exp64(d) - torch.exp(d)) / torch.exp(d)).abs().max()
     assert rel < 1e-14
+
+
+def _isas() -> list[int]:
+    """The native kernels' paths on this CPU: the scalar reference and each SIMD one."""
+    from tensorfold.native import lib
+    L = lib.load()
+    try:
+        return [i for i in range(5) if L.tf_set_isa(i) == i]
+    finally:
+        L.tf_set_isa(L.tf_best_isa())
+
+
+def _logit_rows() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+    rows = [torch.randn(n, generator=g) * s for n, s in ((49152, 3.0), (1003, 0.05), (257, 40.0), (17, 1.0))]
+    masked = torch.randn(999, generator=g)
+    masked[::5] = float("-inf")                       # what grammar masks leave
+    ties = torch.tensor([2.5, -1.0, 2.5, 0.0] * 9)    # equal logits: equal masses
+    wide = torch.linspace(-200.0, 0.0, 4000)          # down past the clamp at e^-64
+    nan = torch.randn(33, generator=g)
+    nan[3] = float("nan")
+    return [*rows, masked, ties, wide, nan, torch.full((5,), float("-inf"))]
+
+
+@pytest.mark.parametrize("isa", _isas())
+def test_native_masses_have_the_reference_bits(isa):
+    """The native kernel (tf_sample.c) against the torch reference, element for element, on
+    every instruction-set path, for fp32, fp16 and bf16 rows and passed global maxima."""
+    from tensorfold.engine.sampler import largest_z, reference_masses
+    from tensorfold.native import lib
+    L = lib.load()
+    L.tf_set_isa(isa)
+    try:
+        for row in _logit_rows():
+            for dtype in (torch.float32, torch.float16, torch.bfloat16):
+                r = row.to(dtype)
+                for t in (0.01, 0.3, 0.7, 1.0, 1.7, 100.0):
+                    z_max = float((r.to(torch.float64) / t).max())
+                    if not math.isnan(z_max):
+                        assert largest_z(r, t) == z_max
+                    for zm in (z_max, z_max + 3.0):              # a shard's: the global maximum
+                        want = reference_masses(r, t, zm)
+                        assert torch.equal(token_masses(r, t, zm), want), (isa, dtype, t, r.numel())
+    finally:
+        L.tf_set_isa(L.tf_best_isa())
+
+
+def _plain_nucleus(ids, mass, params, total=None):
+    """top-k then top-p by ranking every token (the rule as the module docstring states it)."""
+    keep = mass > 0
+    ids, mass = ids[keep], mass[keep]
+    if params.top_k > 0 or params.top_p < 1.0:
+        order = torch.sort(mass, descending=True, stable=True).indices
+        if params.top_k > 0:
+            order = order[: params.top_k]
+        if params.top_p < 1.0:
+            ranked = mass[order]
+            total = int(ranked.sum()) if total is None else total
+            threshold = max(1, -((-round(params.top_p * ONE) * total) >> 40))
+            order = order[torch.cumsum(ranked, 0) - ranked < threshold]
+        order = torch.sort(order).values
+        ids, mass = ids[order], mass[order]
+    return ids, mass
+
+
+def test_nucleus_keeps_what_ranking_every_token_keeps():
+    """The pruned nucleus (only masses every kept token reaches are ranked) against ranking the
+    whole vocabulary: masses with many ties, zeros, flat and peaked rows, totals as a shard
+    passes them."""
+    from tensorfold.engine.sampler import nucleus
+    g = torch.Generator().manual_seed(3)
+    cases = []
+    for n in (1, 7, 300, 5000, 49152):
+        cases.append(torch.randint(0, 5, (n,), generator=g) * (ONE // 4))          # few values, ties
+        cases.append(token_masses(torch.randn(n, generator=g) * 4, 1.0))           # peaked
+        cases.append(token_masses(torch.randn(n, generator=g) * 0.01, 1.0))        # flat
+    for mass in cases:
+        ids = torch.arange(mass.numel(), dtype=torch.int64) * 3 + 11
+        for top_k in (0, 1, 2, 40, 300, 1000, 10**6):
+            for top_p in (1.0, 0.999, 0.9, 0.5, 0.1, 1e-9):
+                params = SamplingParams(temperature=1.0, top_k=top_k, top_p=top_p)
+                totals = [None] if top_k > 0 or top_p >= 1.0 else [None, int(mass.sum()) * 2]
+                for total in totals:
+                    got = nucleus(ids, mass, params, total=total)
+                    want = _plain_nucleus(ids, mass, params, total=total)
+                    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), \
+                        (mass.numel(), top_k, top_p, total)

@@ -24,12 +24,15 @@ and of how the vocabulary is split across shards.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
+from ..native import lib as native
 from .types import SamplingParams
 
 FIXED_BITS = 40
@@ -74,15 +77,55 @@ def exact_exp64(d: torch.Tensor) -> torch.Tensor:
 
 
 def token_masses(logits: torch.Tensor, temperature: float, z_max: float | None = None) -> torch.Tensor:
-    """Integer masses (int64, [vocab]) of one row of fp32 logits.
+    """Integer masses (int64, [vocab]) of one row of logits.
 
     `z_max` is the largest logit/temperature over the whole vocabulary; a
-    shard holding part of the vocabulary passes the global one.
+    shard holding part of the vocabulary passes the global one.  A row in
+    host memory goes through the native kernel (tf_sample.c: the same
+    operations in the same order, so the same bits, in one pass).
     """
-    z = logits.to(torch.float64) / float(temperature)
     if z_max is None:
-        z_max = float(z.max())
+        z_max = largest_z(logits, temperature)
+    row = _host_row(logits)
+    if row is None:
+        return reference_masses(logits, temperature, z_max)
+    mass = torch.empty(row.numel(), dtype=torch.int64)
+    native.load().tf_token_masses(native.ptr(row), row.numel(), float(temperature), float(z_max),
+                                  native.ptr(mass, ctypes.c_int64))
+    return mass
+
+
+def reference_masses(logits: torch.Tensor, temperature: float, z_max: float) -> torch.Tensor:
+    """token_masses in torch ops (rows on an accelerator; the native kernel's reference)."""
+    z = logits.to(torch.float64) / float(temperature)
     return torch.round(exact_exp64(z - z_max) * float(ONE)).to(torch.int64)
+
+
+def largest_z(logits: torch.Tensor, temperature: float) -> float:
+    """The largest logit / temperature in float64 (dividing the largest logit rounds to the
+    same value: division by a positive number and rounding keep the order)."""
+    row = _host_row(logits)
+    top = float(row.numpy().max()) if row is not None else float(logits.max())
+    return top / float(temperature)
+
+
+def _host_row(logits: torch.Tensor) -> torch.Tensor | None:
+    """The row as contiguous fp32 in host memory when that is exact (fp32, fp16, bf16 on the
+    CPU), else None."""
+    if logits.device.type != "cpu" or logits.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        return None
+    return logits.detach().to(torch.float32).contiguous()
+
+
+def greedy(logits: torch.Tensor) -> tuple[float, int]:
+    """(the largest logit, its lowest id)."""
+    row = _host_row(logits)
+    if row is None:
+        i = int(torch.argmax(logits))
+        return float(logits[i]), i
+    values = row.numpy()
+    i = int(values.argmax())                # first maximum, as torch.argmax
+    return float(values[i]), i
 
 
 def apply_cuts(ids: torch.Tensor, mass: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,24 +140,56 @@ def nucleus(ids: torch.Tensor, mass: torch.Tensor, params: SamplingParams,
             total: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The tokens with mass that top-k and then top-p keep, in ascending id order.  `total`:
     the kept total when the candidates are part of a vocabulary split across ranks
-    (shard_draw.py; top-k off); else their own sum."""
-    keep = mass > 0
-    ids, mass = ids[keep], mass[keep]
-    if params.top_k > 0 or params.top_p < 1.0:
-        order = torch.sort(mass, descending=True, stable=True).indices  # ties: lower id first
-        if params.top_k > 0:
-            order = order[: params.top_k]
-        if params.top_p < 1.0:
-            ranked = mass[order]
-            total = int(ranked.sum()) if total is None else total
-            # keep while the mass before a token is below top_p * total (exact); the
-            # likeliest token always stays, however small top_p is
-            threshold = max(1, -((-round(params.top_p * ONE) * total) >> FIXED_BITS))  # ceil
-            before = torch.cumsum(ranked, 0) - ranked
-            order = order[before < threshold]
-        order = torch.sort(order).values
-        ids, mass = ids[order], mass[order]
-    return ids, mass
+    (shard_draw.py; top-k off); else their own sum.  Only the tokens at or above a mass
+    every kept token reaches (_least_kept) are ranked, which keeps the same ones."""
+    ids, mass = _positive(ids, mass)
+    if params.top_k <= 0 and params.top_p >= 1.0:
+        return ids, mass
+    k = params.top_k if 0 < params.top_k < mass.numel() else mass.numel()
+    if params.top_p < 1.0 and total is None:         # what top-k keeps
+        total = int(mass.sum()) if k == mass.numel() else int(torch.topk(mass, k).values.sum())
+    least = _least_kept(mass, k, params.top_p, total)
+    if least > 1:
+        ids, mass = _positive(ids, mass, least)
+    order = torch.sort(mass, descending=True, stable=True).indices[:k]  # ties: lower id first
+    if params.top_p < 1.0:
+        ranked = mass[order]
+        before = torch.cumsum(ranked, 0) - ranked
+        order = order[before < _top_p_threshold(params.top_p, total)]
+    order = torch.sort(order).values
+    return ids[order], mass[order]
+
+
+def _top_p_threshold(top_p: float, total: int) -> int:
+    """top-p keeps a ranked token while the mass before it is below this: top_p times the
+    total, rounded up (exact); at least 1, so the likeliest token always stays, however
+    small top_p is."""
+    return max(1, -((-round(top_p * ONE) * total) >> FIXED_BITS))
+
+
+def _least_kept(mass: torch.Tensor, k: int, top_p: float, total: int | None) -> int:
+    """A mass that every token the first k (by mass) and then top-p keep reaches: the largest
+    masses in order, until their running sum reaches the top-p threshold (the token there is
+    the last kept one) or k of them are taken.  Ties among equal masses do not matter here."""
+    n, probe = mass.numel(), min(k, 256)
+    while True:
+        top = torch.topk(mass, probe).values if probe < n else torch.sort(mass, descending=True).values
+        if top_p < 1.0:
+            reached = torch.nonzero(torch.cumsum(top, 0) >= _top_p_threshold(top_p, total))
+            if reached.numel():
+                return int(top[reached[0, 0]])
+        if probe == k:
+            return int(top[-1]) if probe else 1
+        probe = min(k, probe * 8)
+
+
+def _positive(ids: torch.Tensor, mass: torch.Tensor, least: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tokens with mass >= least (>= 1), in their order."""
+    if mass.device.type != "cpu":
+        keep = mass >= least
+        return ids[keep], mass[keep]
+    at = np.flatnonzero(mass.numpy() >= least)
+    return torch.from_numpy(ids.numpy()[at]), torch.from_numpy(mass.numpy()[at])
 
 
 def cut_min_p(ids: torch.Tensor, mass: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
@@ -136,9 +211,10 @@ def draw(ids: torch.Tensor, mass: torch.Tensor, u: int) -> int:
 def sample(logits: torch.Tensor, params: SamplingParams, position: int) -> int:
     """The keyed draw for reply position `position` from one fp32 row [vocab]."""
     if params.temperature == 0.0:
-        if bool(torch.isneginf(logits).all()):
+        top, token = greedy(logits)         # first maximum: lowest id on ties
+        if top == -math.inf:
             raise ValueError(f"no token is allowed at reply position {position}")
-        return int(torch.argmax(logits))    # first maximum: lowest id on ties
+        return token
     mass = token_masses(logits, params.temperature)
     ids = torch.arange(mass.numel(), dtype=torch.int64)
     ids, mass = apply_cuts(ids, mass, params)

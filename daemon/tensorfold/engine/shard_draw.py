@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .sampler import ONE, cut_min_p, draw, keyed_uniform, nucleus, token_masses
+from .sampler import ONE, cut_min_p, draw, greedy, keyed_uniform, largest_z, nucleus, token_masses
 from .types import SamplingParams
 
 CANDIDATES = 1024
@@ -41,14 +41,14 @@ class Pick:
 def local_max(logits: torch.Tensor, temperature: float) -> float:
     """This shard's largest logit / temperature (float64), or its largest logit at temperature 0."""
     if temperature == 0.0:
-        return float(logits.max())
-    return float((logits.to(torch.float64) / float(temperature)).max())
+        return greedy(logits)[0]
+    return largest_z(logits, temperature)
 
 
 def local_argmax(logits: torch.Tensor, offset: int) -> tuple[float, int]:
     """(largest logit, its lowest global id)."""
-    i = int(torch.argmax(logits))
-    return float(logits[i]), offset + i
+    top, i = greedy(logits)
+    return top, offset + i
 
 
 def global_argmax(locals_: list[tuple[float, int]]) -> int:

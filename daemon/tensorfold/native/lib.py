@@ -82,6 +82,7 @@ _SIGNATURES = {
     "tf_set_soft_fp16": (None, [C.c_int]),
     "tf_exp": (C.c_float, [C.c_float]),
     "tf_softmax_rows": (None, [_f32p, C.c_int, C.c_int, C.c_int, _f32p]),
+    "tf_token_masses": (None, [_f32p, C.c_int64, C.c_double, C.c_double, C.POINTER(C.c_int64)]),
     "tf_f2h": (C.c_uint16, [C.c_float]),
     "tf_h2f": (C.c_float, [C.c_uint16]),
     "tf_f2h_row": (None, [_f32p, C.POINTER(C.c_uint16), C.c_int]),

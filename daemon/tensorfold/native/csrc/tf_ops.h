@@ -30,6 +30,10 @@ void tf_set_soft_fp16(int soft);      /* 1: fp16 conversions in plain C (tests) 
 int64_t tf_attend_scratch(const tf_attn *t, int pos);
 void tf_attend(const tf_attn *t, int row, int kvh, float *scratch);
 
+/* The keyed sampler's integer masses of one row of logits (tf_sample.c; engine/sampler.py,
+ * token_masses): mass[i] that of logits[i], z_max >= every logit / temperature. */
+void tf_token_masses(const float *logits, int64_t n, double temperature, double z_max, int64_t *mass);
+
 /* A Gated DeltaNet layer's token mixing (tf_deltanet.c): lin [rows, lw] holds the rows'
  * in_qkv, z, b and a outputs side by side; out [rows, v_heads * v_dim] gets the gated,
  * normed outputs before the output projection.  0, or -1 (no memory, or sizes the
