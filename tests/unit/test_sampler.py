@@ -208,3 +208,27 @@ def test_nucleus_keeps_what_ranking_every_token_keeps():
                     want = _plain_nucleus(ids, mass, params, total=total)
                     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), \
                         (mass.numel(), top_k, top_p, total)
+
+
+def test_a_draw_over_the_whole_vocabulary_equals_the_draw_over_its_positive_masses():
+    """sample() with no cut draws from every mass, zeros included; the running sum rises only at
+    a positive mass, so the draw is the one over the positive masses alone."""
+    g = torch.Generator().manual_seed(11)
+    for n, scale in ((50, 30.0), (3000, 8.0), (49152, 2.0)):
+        logits = torch.randn(n, generator=g) * scale
+        logits[::3] = float("-inf")
+        mass = token_masses(logits, 0.8)
+        ids = torch.arange(n, dtype=torch.int64)[mass > 0]
+        params = SamplingParams(temperature=0.8, seed=21)
+        for position in range(40):
+            u = keyed_uniform(21, position)
+            assert sample(logits, params, position) == draw(ids, mass[mass > 0], u)
+
+
+def test_no_allowed_token_is_an_error_with_and_without_cuts():
+    masked = torch.full((9,), float("-inf"))
+    for kw in ({}, {"top_p": 0.9}, {"top_k": 3}, {"min_p": 0.1}):
+        with pytest.raises(ValueError, match="no token is allowed"):
+            sample(masked, SamplingParams(temperature=0.7, **kw), 0)
+    with pytest.raises(ValueError, match="no token is allowed"):
+        sample(masked, SamplingParams(temperature=0.0), 0)

@@ -96,9 +96,10 @@ def token_masses(logits: torch.Tensor, temperature: float, z_max: float | None =
 
 
 def reference_masses(logits: torch.Tensor, temperature: float, z_max: float) -> torch.Tensor:
-    """token_masses in torch ops (rows on an accelerator; the native kernel's reference)."""
+    """token_masses in torch ops (rows on an accelerator; the native kernel's reference).  A NaN
+    logit (or every logit -inf) has mass 0."""
     z = logits.to(torch.float64) / float(temperature)
-    return torch.round(exact_exp64(z - z_max) * float(ONE)).to(torch.int64)
+    return torch.nan_to_num(torch.round(exact_exp64(z - z_max) * float(ONE)), nan=0.0).to(torch.int64)
 
 
 def largest_z(logits: torch.Tensor, temperature: float) -> float:
@@ -200,12 +201,13 @@ def cut_min_p(ids: torch.Tensor, mass: torch.Tensor, params: SamplingParams) -> 
     return ids, mass
 
 
-def draw(ids: torch.Tensor, mass: torch.Tensor, u: int) -> int:
-    """The token whose cumulative mass (ascending ids) first exceeds u * S / 2^40."""
+def draw(ids: torch.Tensor | None, mass: torch.Tensor, u: int) -> int:
+    """The token whose cumulative mass (ascending ids) first exceeds u * S / 2^40; ids None: the
+    masses are the whole vocabulary's (zeros included: the running sum never stops on one)."""
     cum = torch.cumsum(mass, 0)
     target = (u * int(cum[-1])) >> FIXED_BITS
     idx = int(torch.searchsorted(cum, target, right=True))
-    return int(ids[idx])
+    return idx if ids is None else int(ids[idx])
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, position: int) -> int:
@@ -216,8 +218,9 @@ def sample(logits: torch.Tensor, params: SamplingParams, position: int) -> int:
             raise ValueError(f"no token is allowed at reply position {position}")
         return token
     mass = token_masses(logits, params.temperature)
-    ids = torch.arange(mass.numel(), dtype=torch.int64)
-    ids, mass = apply_cuts(ids, mass, params)
-    if ids.numel() == 0:
+    ids = None
+    if params.top_k > 0 or params.top_p < 1.0 or params.min_p > 0.0:
+        ids, mass = apply_cuts(torch.arange(mass.numel(), dtype=torch.int64), mass, params)
+    if not mass.numel() or not bool(mass.any()):
         raise ValueError(f"no token is allowed at reply position {position}")
     return draw(ids, mass, keyed_uniform(params.seed, position))

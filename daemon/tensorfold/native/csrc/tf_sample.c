@@ -23,12 +23,12 @@ static const double COEFFS[18] = {
 
 /* mass = round_half_even(exp(d) * 2^40) for d = logit / temperature - z_max <= 0, with
  * exp(d) = 2^e * p(g): t = max(d, -64) * log2(e), e = floor(t), g = (t - e) * ln 2, p the
- * Taylor series in Horner form; scaling by 2^(e + 40) is exact (-93 <= e <= 0).  NaN:
- * INT64_MIN (what torch's cast gives on x86). */
+ * Taylor series in Horner form; scaling by 2^(e + 40) is exact (-93 <= e <= 0).  A NaN
+ * logit (or every logit -inf, z_max too) has mass 0. */
 static void masses_ref(const float *x, int64_t n, double temperature, double z_max, int64_t *mass) {
     for (int64_t i = 0; i < n; i++) {
         double d = (double)x[i] / temperature - z_max;
-        if (d != d) { mass[i] = INT64_MIN; continue; }
+        if (d != d) { mass[i] = 0; continue; }
         double t = (d < MIN_EXPONENT ? MIN_EXPONENT : d) * LOG2E;
         double e = floor(t), g = (t - e) * LN2, p = COEFFS[17];
         for (int c = 16; c >= 0; c--) {
@@ -65,7 +65,7 @@ TF_AVX2 static void masses_avx2(const float *x, int64_t n, double temperature, d
             __m256d w = _mm256_round_pd(_mm256_mul_pd(p[u], s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
             __m256i m = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(w, magic)), _mm256_castpd_si256(magic));
             __m256d nan = _mm256_cmp_pd(d[u], d[u], _CMP_UNORD_Q);
-            m = _mm256_blendv_epi8(m, _mm256_set1_epi64x(INT64_MIN), _mm256_castpd_si256(nan));
+            m = _mm256_andnot_si256(_mm256_castpd_si256(nan), m);
             _mm256_storeu_si256((__m256i *)(mass + i + 4 * u), m);
         }
     }
