@@ -201,12 +201,17 @@ def cut_min_p(ids: torch.Tensor, mass: torch.Tensor, params: SamplingParams) -> 
     return ids, mass
 
 
-def draw(ids: torch.Tensor | None, mass: torch.Tensor, u: int) -> int:
-    """The token whose cumulative mass (ascending ids) first exceeds u * S / 2^40; ids None: the
-    masses are the whole vocabulary's (zeros included: the running sum never stops on one)."""
+def draw(ids: torch.Tensor | None, mass: torch.Tensor, u: int) -> int | None:
+    """The token whose cumulative mass (ascending ids) first exceeds u * S / 2^40, None if S is 0;
+    ids None: the masses are the whole vocabulary's (zeros included: the running sum never
+    stops on one)."""
+    if not mass.numel():
+        return None
     cum = torch.cumsum(mass, 0)
-    target = (u * int(cum[-1])) >> FIXED_BITS
-    idx = int(torch.searchsorted(cum, target, right=True))
+    total = int(cum[-1])
+    if not total:
+        return None
+    idx = int(torch.searchsorted(cum, (u * total) >> FIXED_BITS, right=True))
     return idx if ids is None else int(ids[idx])
 
 
@@ -221,6 +226,7 @@ def sample(logits: torch.Tensor, params: SamplingParams, position: int) -> int:
     ids = None
     if params.top_k > 0 or params.top_p < 1.0 or params.min_p > 0.0:
         ids, mass = apply_cuts(torch.arange(mass.numel(), dtype=torch.int64), mass, params)
-    if not mass.numel() or not bool(mass.any()):
+    token = draw(ids, mass, keyed_uniform(params.seed, position))
+    if token is None:
         raise ValueError(f"no token is allowed at reply position {position}")
-    return draw(ids, mass, keyed_uniform(params.seed, position))
+    return token

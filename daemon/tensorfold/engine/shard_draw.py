@@ -92,9 +92,10 @@ def merge_draw(picks: list[Pick], params: SamplingParams, position: int) -> int:
     ids, mass = _union(picks)
     total = sum(p.total for p in picks) if params.top_k <= 0 else None
     ids, mass = cut_min_p(*nucleus(ids, mass, params, total=total), params)
-    if ids.numel() == 0:
+    token = draw(ids, mass, keyed_uniform(params.seed, position))
+    if token is None:
         raise ValueError(f"no token is allowed at reply position {position}")
-    return draw(ids, mass, keyed_uniform(params.seed, position))
+    return token
 
 
 def _union(picks: list[Pick]) -> tuple[torch.Tensor, torch.Tensor]:
