@@ -138,6 +138,9 @@ def _parser() -> argparse.ArgumentParser:
     decode.add_argument("--repeats", type=int, default=3)
     decode.add_argument("--streams", type=int, default=8,
                         help="concurrent requests for our aggregate decode figure (with llama.cpp, mlx-lm)")
+    decode.add_argument("--temperature", type=float, default=0.0,
+                        help="sample at this temperature instead of greedy, both engines (with llama.cpp)")
+    decode.add_argument("--top-p", type=float, default=1.0, help="top-p with --temperature (with llama.cpp)")
     from .bench.quality import add_arguments as quality_arguments
 
     quality_arguments(bench_sub.add_parser(

@@ -59,6 +59,30 @@ def test_bench_decode_against_llamacpp(default_model, capsys):
     assert "ratio (ours / llama.cpp)" in out and "tensorfold 2 streams" in out and "GGUF" in out
 
 
+def test_bench_decode_sampled_against_llamacpp(default_model, capsys):
+    """--temperature/--top-p: both engines sample; llama.cpp's greedy-only streams figure is left out."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the `bench` extra)")
+    from tensorfold.checkpoints.files import gguf_file
+
+    if gguf_file(default_model) is None:
+        pytest.skip(f"{default_model} keeps no GGUF file for llama.cpp to load")
+    code = main(["--log-level", "WARNING", "bench", "decode", "--against", "llama.cpp", "--model", str(default_model),
+                 "--threads", "1", "--new-tokens", "8", "--prompt-tokens", "32", "--repeats", "1", "--streams", "2",
+                 "--temperature", "0.7", "--top-p", "0.9"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "ratio (ours / llama.cpp)" in out and "tensorfold 2 streams" in out
+    assert "sampled: temperature 0.7, top_p 0.9" in out and "llama.cpp 2 streams" not in out
+
+
+@pytest.mark.parametrize("extra", [["--temperature", "0.7"], ["--top-p", "0.5", "--against", "mlx-lm"],
+                                   ["--against", "llama.cpp", "--top-p", "0"]])
+def test_bench_decode_sampling_settings_are_checked(tiny_model, capsys, extra):
+    code = main(["--log-level", "WARNING", "bench", "decode", "--model", str(tiny_model), *extra])
+    assert code == 2
+    assert "--temperature" in capsys.readouterr().err
+
+
 def test_bench_decode_against_mlxlm_and_its_server(tiny_model, capsys):
     """The MLX engine beside mlx-lm's generate loop (same tokens) and mlx_lm.server's streams."""
     pytest.importorskip("mlx.core")

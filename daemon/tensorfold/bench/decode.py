@@ -13,7 +13,10 @@ it with --engine mlx to compare the MLX engines.
 
 Greedy decoding with end tokens ignored, so every engine produces exactly
 --new-tokens tokens; plain decoding on our side ("draft": false) and a cold
-prefix cache for every run, so all do the same work.
+prefix cache for every run, so all do the same work.  With --temperature
+(and --top-p) against llama.cpp, both engines sample instead, each with its
+own sampler (so their tokens differ); llama.cpp's streams figure is greedy
+only and is left out.
 """
 
 from __future__ import annotations
@@ -91,11 +94,14 @@ def rss_mib() -> float:
 
 
 class OurEngine:
-    """An AsyncEngine with its thread started; one cold-cache greedy request at a time."""
+    """An AsyncEngine with its thread started; one cold-cache request at a time, greedy unless
+    `sampling` says otherwise."""
 
-    def __init__(self, folder: Path, config) -> None:
+    def __init__(self, folder: Path, config, sampling=None) -> None:
         from ..engine.async_engine import AsyncEngine
+        from ..engine.types import SamplingParams
 
+        self.sampling = sampling or SamplingParams(temperature=0.0)
         self.client = AsyncEngine(folder, config)
         self.client.start()
 
@@ -103,12 +109,12 @@ class OurEngine:
         self.client.stop()
 
     def _submit(self, prompts: list[list[int]], new_tokens: int, emit) -> None:
-        from ..engine.types import Request, SamplingParams
+        from ..engine.types import Request
 
         self.client.core.call(self.client.core.cache.clear_idle)
         for i, prompt in enumerate(prompts):
             req = Request(id=f"bench-{time.monotonic_ns()}-{i}", prompt=prompt, max_tokens=new_tokens,
-                          ignore_eos=True, sampling=SamplingParams(temperature=0.0), draft=False)
+                          ignore_eos=True, sampling=self.sampling, draft=False)
             self.client.core.submit(req, lambda d, i=i: emit(i, d))
 
     @staticmethod
@@ -204,14 +210,14 @@ def _table(name: str, ours: Rates, theirs: Rates) -> None:
 
 
 class Reference:
-    """The engine compared with, side by side: `greedy(prompt, n)` -> (prefill s, decode s, tokens)."""
+    """The engine compared with, side by side: `decode(prompt, n)` -> (prefill s, decode s, tokens)."""
 
     name = ""
 
     def describe(self) -> str:
         return ""
 
-    def greedy(self, prompt: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
+    def decode(self, prompt: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
         raise NotImplementedError
 
     def memory_note(self) -> str:
@@ -228,26 +234,28 @@ class Reference:
 class LlamaCpp(Reference):
     name = "llama.cpp"
 
-    def __init__(self, gguf: Path, threads: int, n_ctx: int) -> None:
+    def __init__(self, gguf: Path, threads: int, n_ctx: int, temperature: float = 0.0, top_p: float = 1.0) -> None:
         from . import llamacpp
 
-        self.gguf, self.threads = gguf, threads
+        self.gguf, self.threads, self.temperature, self.top_p = gguf, threads, temperature, top_p
         self.llm = llamacpp.load(gguf, threads, n_ctx)
 
     def describe(self) -> str:
         return f"gguf {self.gguf.name}  threads {self.threads}"
 
-    def greedy(self, prompt: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
+    def decode(self, prompt: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
         from . import llamacpp
 
-        return llamacpp.greedy(self.llm, prompt, new_tokens)
+        return llamacpp.decode(self.llm, prompt, new_tokens, self.temperature, self.top_p)
 
     def memory_note(self) -> str:
         return f"; GGUF {self.gguf.stat().st_size / 2**20:.1f} MiB"
 
-    def many(self, prompts: list[list[int]], new_tokens: int) -> float:
+    def many(self, prompts: list[list[int]], new_tokens: int) -> float | None:
         from . import llamacpp
 
+        if self.temperature:
+            return None                                  # its streams path picks greedily
         return llamacpp.many(self.gguf, self.threads, prompts, new_tokens)
 
     def close(self) -> None:
@@ -278,7 +286,7 @@ class MlxLm(Reference):
         finally:
             server.close()
 
-    def greedy(self, prompt: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
+    def decode(self, prompt: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
         import mlx.core as mx
         from mlx_lm.generate import generate_step
 
@@ -302,7 +310,7 @@ class OneRank(Reference):
     def describe(self) -> str:
         return f"one rank of {self.threads} threads: {self.engine.client.runner.describe()}"
 
-    def greedy(self, prompt: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
+    def decode(self, prompt: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
         rates, tokens = self.engine.one(prompt, new_tokens)
         return len(prompt) / rates.prefill_tps, (new_tokens - 1) / rates.decode_tps, tokens
 
@@ -316,7 +324,7 @@ class OneRank(Reference):
 def side_by_side(args: argparse.Namespace, folder: Path, reference, prompt: list[int],
                  prompts: list[list[int]]) -> None:
     """Ours and `reference` alternating in one process, then our --streams aggregate."""
-    ours = OurEngine(folder, side_by_side_config(args, prompt))
+    ours = OurEngine(folder, side_by_side_config(args, prompt), bench_sampling(args))
     rss_loaded = rss_mib()
     theirs_engine = reference()
     name = theirs_engine.name
@@ -327,7 +335,7 @@ def side_by_side(args: argparse.Namespace, folder: Path, reference, prompt: list
         for i in range(args.repeats + 1):             # alternating; the first round warms up
             rates, our_tokens = ours.one(prompt, args.new_tokens)
             step = getattr(ours.client.runner, "last_step", None)       # with ranks: a decode step's gathers
-            pre_s, dec_s, their_tokens = theirs_engine.greedy(prompt, args.new_tokens)
+            pre_s, dec_s, their_tokens = theirs_engine.decode(prompt, args.new_tokens)
             many = ours.many(prompts, args.new_tokens)
             if i:
                 mine.append(rates)
@@ -345,11 +353,21 @@ def side_by_side(args: argparse.Namespace, folder: Path, reference, prompt: list
         _streams_line(name, len(prompts), their_many, Rates.median(theirs).decode_tps)
     same = next((k for k, (a, b) in enumerate(zip(our_tokens, their_tokens)) if a != b),
                 min(len(our_tokens), len(their_tokens)))
-    print(f"greedy tokens equal to {name}'s: the first {same} of {args.new_tokens}")
+    if args.temperature:
+        print(f"sampled: temperature {args.temperature}, top_p {args.top_p}, each engine with its own sampler")
+    else:
+        print(f"greedy tokens equal to {name}'s: the first {same} of {args.new_tokens}")
     if step:
         print(f"exchanged per 1-stream decode step: rank 0 sent {step[1] / 1024:.1f} KiB in {step[0]} gathers")
     print(f"memory: RSS {rss_loaded:.0f} MiB after loading tensorfold, {rss_end:.0f} MiB after the runs "
           f"({name} loaded too){theirs_engine.memory_note()}")
+
+
+def bench_sampling(args: argparse.Namespace):
+    """Our requests' sampling: greedy, or --temperature and --top-p with a fixed seed."""
+    from ..engine.types import SamplingParams
+
+    return SamplingParams(temperature=args.temperature, top_p=args.top_p, seed=1)
 
 
 def side_by_side_config(args: argparse.Namespace, prompt: list[int]):
@@ -378,6 +396,12 @@ def run_decode_bench(args: argparse.Namespace) -> int:
     from . import llamacpp
 
     against = args.against or ["transformers"]
+    if (args.temperature or args.top_p < 1.0) and set(against) != {"llama.cpp"}:
+        print("tensorfold: bench decode --temperature/--top-p: with --against llama.cpp only", file=sys.stderr)
+        return 2
+    if args.temperature < 0 or not 0 < args.top_p <= 1:
+        print("tensorfold: bench decode: --temperature >= 0 and 0 < --top-p <= 1", file=sys.stderr)
+        return 2
     if "llama.cpp" in against:
         try:
             llamacpp.import_llama_cpp()
@@ -395,7 +419,8 @@ def run_decode_bench(args: argparse.Namespace) -> int:
             why = f"no GGUF file at {gguf}" if gguf else f"no GGUF file is known for {folder.name}"
             print(f"tensorfold: bench decode --against llama.cpp: {why}; pass --gguf PATH", file=sys.stderr)
             return 2
-        side_by_side(args, folder, lambda: LlamaCpp(gguf, our_threads(args.threads), run_context(prompt, args)),
+        side_by_side(args, folder, lambda: LlamaCpp(gguf, our_threads(args.threads), run_context(prompt, args),
+                                                   args.temperature, args.top_p),
                      prompt, stream_prompts(tokenizer, prompt, args.streams))
     if "mlx-lm" in against:
         from ..backends.mlx.runner import mlx_missing

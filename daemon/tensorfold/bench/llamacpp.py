@@ -56,19 +56,25 @@ def _last_argmax(llm: Any) -> int:
     return int(np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).argmax())
 
 
-def greedy(llm: Any, prompt: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
-    """Prefill `prompt` from a cold cache, then decode greedily: (prefill s, decode s, tokens).
+def decode(llm: Any, prompt: list[int], new_tokens: int, temperature: float = 0.0,
+           top_p: float = 1.0) -> tuple[float, float, list[int]]:
+    """Prefill `prompt` from a cold cache, then decode: greedily, or with llama.cpp's own sampler
+    chain at `temperature` and `top_p` (no top-k, min-p or penalties).  Returns (prefill s,
+    decode s, tokens); decode time covers the tokens after the first, as our
+    Stats.decode_seconds does."""
+    def pick() -> int:
+        if not temperature:
+            return _last_argmax(llm)
+        return int(llm.sample(top_k=0, top_p=top_p, min_p=0.0, temp=temperature))
 
-    Decode time covers the tokens after the first, as our Stats.decode_seconds does.
-    """
     llm.reset()
     t0 = time.perf_counter()
     llm.eval(prompt)
     t1 = time.perf_counter()
-    tokens = [_last_argmax(llm)]
+    tokens = [pick()]
     while len(tokens) < new_tokens:
         llm.eval([tokens[-1]])
-        tokens.append(_last_argmax(llm))
+        tokens.append(pick())
     return t1 - t0, time.perf_counter() - t1, tokens
 
 
