@@ -49,19 +49,20 @@ TF_AVX2 static void masses_avx2(const float *x, int64_t n, double temperature, d
     const __m256d l2e = _mm256_set1_pd(LOG2E), ln2 = _mm256_set1_pd(LN2), magic = _mm256_set1_pd(MAGIC);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m256d d[4], t[4], g[4], p[4];
+        __m256d d[4], e[4], g[4], p[4];
         _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {
             d[u] = _mm256_sub_pd(_mm256_div_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * u)), T), Z);
-            t[u] = _mm256_mul_pd(_mm256_max_pd(d[u], lo), l2e);           /* max(NaN, lo) = lo */
-            g[u] = _mm256_mul_pd(_mm256_sub_pd(t[u], _mm256_floor_pd(t[u])), ln2);
+            __m256d t = _mm256_mul_pd(_mm256_max_pd(d[u], lo), l2e);      /* max(NaN, lo) = lo */
+            e[u] = _mm256_floor_pd(t);
+            g[u] = _mm256_mul_pd(_mm256_sub_pd(t, e[u]), ln2);
             p[u] = _mm256_set1_pd(COEFFS[17]);
         }
         _Pragma("GCC unroll 17") for (int c = 16; c >= 0; c--)
             _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++)
                 p[u] = _mm256_add_pd(_mm256_mul_pd(p[u], g[u]), _mm256_set1_pd(COEFFS[c]));
         _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {
-            __m128i e = _mm_add_epi32(_mm256_cvtpd_epi32(_mm256_floor_pd(t[u])), _mm_set1_epi32(1023 + 40));
-            __m256d s = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_cvtepi32_epi64(e), 52));   /* 2^(e + 40) */
+            __m128i bias = _mm_add_epi32(_mm256_cvtpd_epi32(e[u]), _mm_set1_epi32(1023 + 40));
+            __m256d s = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_cvtepi32_epi64(bias), 52));   /* 2^(e + 40) */
             __m256d w = _mm256_round_pd(_mm256_mul_pd(p[u], s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
             __m256i m = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(w, magic)), _mm256_castpd_si256(magic));
             __m256d nan = _mm256_cmp_pd(d[u], d[u], _CMP_UNORD_Q);
@@ -75,7 +76,7 @@ TF_AVX2 static void masses_avx2(const float *x, int64_t n, double temperature, d
 
 void tf_token_masses(const float *logits, int64_t n, double temperature, double z_max, int64_t *mass) {
 #ifdef TF_X86
-    if (tf_isa() == 1 || tf_isa() == 2) { masses_avx2(logits, n, temperature, z_max, mass); return; }
+    if (tf_isa() >= 1) { masses_avx2(logits, n, temperature, z_max, mass); return; }
 #endif
     masses_ref(logits, n, temperature, z_max, mass);
 }
