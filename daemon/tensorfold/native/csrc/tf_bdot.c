@@ -86,7 +86,7 @@ static void brows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, floa
                     int32_t P = 0;
                     for (int e = 0; e < 32; e++) P += bq_at(w, rec, t, e) * xq[e];
                     acc[t] = fmaf((float)P, xs * bscale(w, meta, 0, t), acc[t]);
-                    if (mins) acc[t] = fmaf(a->sum[r * nb + b], xs * bscale(w, meta, 1, t), acc[t]);
+                    if (mins) acc[t] = fmaf(a->xsum[r * nb + b], bscale(w, meta, 1, t), acc[t]);
                 }
             }
             tf_store_span(y + r * ldy, BG * g, BG, n0, n1, acc);
@@ -96,21 +96,32 @@ static void brows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, floa
 /* ---------------------------------------------------------------- x86 */
 #ifdef TF_X86
 
-/* Group g's record of block b.  Records run in memory in the order a pass reads
- * them (a group's blocks, then the next group's), so on a group's first pass over
- * a chunk of rows the bytes BDIST ahead are prefetched, values and scales alike. */
+/* A tile's walk over group g's records, a block at a time, for the shape's format (Q4,
+ * HIGH, MIN): the record sizes are constants of the shape and the rest is read once,
+ * so nothing of the format is decided again block by block.  Records run in memory
+ * in the order a pass reads them (a group's blocks, then the next group's), so on a
+ * group's first pass over a chunk of rows the bytes BDIST ahead are prefetched,
+ * values and scales alike.  It declares fmt, flags, QB, SB, rec and meta (block 0's),
+ * and rows r0.. of the activations from xq0, xs0, xsum0 and sum0. */
 #ifndef TF_BDIST
 #define TF_BDIST 8192
 #endif
-TF_AVX2 TF_INLINE const uint8_t *brecord(const tf_weight *w, int64_t g, int64_t b, int ahead) {
-    const uint8_t *rec = bbits(w, g, b);
-    if (ahead) {
-        int QB = bq_bytes(w->fmt, w->flags), SB = bs_bytes(w->fmt, w->flags);
-        prefetch_span(rec + TF_BDIST, QB);
-        prefetch_span(bmeta(w, g, b) + TF_BDIST / QB * SB, SB);
-    }
-    return rec;
-}
+#define BLOCK_WALK(w, g, a, r0, k, nb, Q4, HIGH, MIN)                                                \
+    const int fmt = Q4 ? TF_Q4A : TF_Q8, flags = (w)->flags;                                        \
+    const int QB = Q4 ? (HIGH ? BQ5 : BQ4) : BQ8, SB = (Q4 || MIN ? 2 : 1) * BG * bscale_bytes(flags); \
+    const int64_t meta_ahead = TF_BDIST / QB * SB;                                                  \
+    const uint8_t *rec = bbits(w, g, 0), *meta = bmeta(w, g, 0);                                    \
+    const int8_t *xq0 = (a)->q + (int64_t)(r0) * (k);                                               \
+    const float *xs0 = (a)->s + (int64_t)(r0) * (nb), *xsum0 = (a)->xsum + (int64_t)(r0) * (nb);    \
+    const float *sum0 = (a)->sum + (int64_t)(r0) * (nb);                                            \
+    (void)fmt; (void)sum0
+#define BLOCK_AHEAD(ahead, rec, meta)                                                                \
+    do {                                                                                            \
+        if (ahead) {                                                                                \
+            prefetch_span((rec) + TF_BDIST, QB);                                                    \
+            prefetch_span((meta) + meta_ahead, SB);                                                 \
+        }                                                                                           \
+    } while (0)
 
 /* A block's 32 fifth bits of eight outputs (TF_HIGH) as bytes 0 or 16. */
 TF_AVX2 TF_INLINE __m256i bhigh_avx2(const uint8_t *p) {
@@ -129,12 +140,12 @@ TF_AVX2 TF_INLINE __m256 bscale8(const uint8_t *meta, int flags, int p, int o) {
     return _mm256_loadu_ps((const float *)at);
 }
 
-/* The block dot's fp32 steps for one row: P the exact totals, xs and sum the row's
- * block scale and q sum. */
-#define TF_BFINISH(ACC, P, XS, SUM, D, M, MIN, FMA, MUL, SET1)                                      \
+/* The block dot's fp32 steps for one row: P the exact totals, xs and xsum the row's
+ * block scale and its product with the block's q sum. */
+#define TF_BFINISH(ACC, P, XS, XSUM, D, M, MIN, FMA, MUL, SET1)                                     \
     do {                                                                                            \
         ACC = FMA(P, MUL(SET1(XS), D), ACC);                                                        \
-        if (MIN) ACC = FMA(SET1(SUM), MUL(SET1(XS), M), ACC);                                       \
+        if (MIN) ACC = FMA(SET1(XSUM), M, ACC);                                                     \
     } while (0)
 
 /* AVX2: half o (outputs 8o..8o+7) of group g by RT rows, a block at a time, in two
@@ -145,24 +156,26 @@ TF_AVX2 TF_INLINE void btile_avx2(const tf_weight *w, int64_t g, int o, const tf
                                   float *y, int ldy, int n0, int n1, int ahead, int Q4, int HIGH, int MIN) {
     int64_t k = w->k, nb = k / 32;
     const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    BLOCK_WALK(w, g, a, r0, k, nb, Q4, HIGH, MIN);
+    ahead = ahead && o == 0;
     __m256 acc[8];                  /* RT <= 4 (shapes past the row tile are never called) */
     _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *rec = brecord(w, g, b, ahead && o == 0), *meta = bmeta(w, g, b);
+    for (int64_t b = 0; b < nb; b++, rec += QB, meta += SB) {
+        BLOCK_AHEAD(ahead, rec, meta);
         __m256i P[8];
         _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) P[r] = _mm256_setzero_si256();
         _Pragma("GCC unroll 2") for (int part = 0; part < 2; part++) {
             __m256i v[4];
             _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {
                 int e = 16 * part + 4 * m;
-                v[m] = _mm256_loadu_si256((const __m256i *)(rec + bvec_at(w->fmt, e) + 32 * o));
+                v[m] = _mm256_loadu_si256((const __m256i *)(rec + bvec_at(fmt, e) + 32 * o));
                 if (Q4) {
                     v[m] = part ? _mm256_and_si256(_mm256_srli_epi16(v[m], 4), m4) : _mm256_and_si256(v[m], m4);
                     if (HIGH) v[m] = _mm256_or_si256(v[m], bhigh_avx2(rec + bhigh_at(e) + 4 * o));
                 }
             }
             _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) {
-                const int8_t *xq = a->q + (int64_t)(r0 + r) * k + b * 32 + 16 * part;
+                const int8_t *xq = xq0 + r * k + b * 32 + 16 * part;
                 if (Q4) {
                     __m256i p16 = _mm256_maddubs_epi16(v[0], _mm256_set1_epi32(x4(xq)));
                     _Pragma("GCC unroll 3") for (int m = 1; m < 4; m++)
@@ -176,10 +189,10 @@ TF_AVX2 TF_INLINE void btile_avx2(const tf_weight *w, int64_t g, int o, const tf
                 }
             }
         }
-        __m256 d = bscale8(meta, w->flags, 0, o), mn = MIN ? bscale8(meta, w->flags, 1, o) : d;
+        __m256 d = bscale8(meta, flags, 0, o), mn = MIN ? bscale8(meta, flags, 1, o) : d;
         _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) {
-            int64_t at = (int64_t)(r0 + r) * nb + b;
-            TF_BFINISH(acc[r], _mm256_cvtepi32_ps(P[r]), a->s[at], a->sum[at], d, mn, MIN,
+            int64_t at = r * nb + b;
+            TF_BFINISH(acc[r], _mm256_cvtepi32_ps(P[r]), xs0[at], xsum0[at], d, mn, MIN,
                        _mm256_fmadd_ps, _mm256_mul_ps, _mm256_set1_ps);
         }
     }
@@ -193,6 +206,18 @@ TF_VNNI TF_INLINE __m512 bscale16(const uint8_t *meta, int flags, int p) {
     return _mm512_loadu_ps((const float *)at);
 }
 
+/* p + dpbusd(v, the four bytes at x broadcast): the broadcast folded into the
+ * instruction's memory operand (GCC emits a separate broadcast for the intrinsic,
+ * which costs a cycle and a half a row and block). */
+TF_VNNI TF_INLINE __m512i dpbusd_x4(__m512i p, __m512i v, const int8_t *x) {
+#if defined(__GNUC__)
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(p) : "v"(v), "m"(*(const int32_t *)x));
+    return p;
+#else
+    return _mm512_dpbusd_epi32(p, v, _mm512_set1_epi32(x4(x)));
+#endif
+}
+
 /* AVX-512 VNNI: group g by RT rows, a block at a time: the eight vectors unpacked once
  * (Q8 offset to unsigned by 128, taken back exactly as 128 * the row's q sum), one
  * dpbusd per vector and row. */
@@ -200,13 +225,14 @@ TF_VNNI TF_INLINE void btile_vnni(const tf_weight *w, int64_t g, const tf_acts *
                                   float *y, int ldy, int n0, int n1, int ahead, int Q4, int HIGH, int MIN) {
     int64_t k = w->k, nb = k / 32;
     const __m512i m4 = _mm512_set1_epi8(15);
+    BLOCK_WALK(w, g, a, r0, k, nb, Q4, HIGH, MIN);
     __m512 acc[8];
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) acc[r] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *rec = brecord(w, g, b, ahead), *meta = bmeta(w, g, b);
+    for (int64_t b = 0; b < nb; b++, rec += QB, meta += SB) {
+        BLOCK_AHEAD(ahead, rec, meta);
         __m512i v[8];
         _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {
-            __m512i raw = _mm512_loadu_si512((const void *)(rec + bvec_at(w->fmt, 4 * j)));
+            __m512i raw = _mm512_loadu_si512((const void *)(rec + bvec_at(fmt, 4 * j)));
             if (!Q4) v[j] = _mm512_xor_si512(raw, _mm512_set1_epi8((char)0x80));
             else v[j] = j < 4 ? _mm512_and_si512(raw, m4) : _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
             if (HIGH) {
@@ -215,18 +241,16 @@ TF_VNNI TF_INLINE void btile_vnni(const tf_weight *w, int64_t g, const tf_acts *
                 v[j] = _mm512_mask_add_epi8(v[j], _cvtu64_mask64(h), v[j], _mm512_set1_epi8(16));
             }
         }
-        __m512 d = bscale16(meta, w->flags, 0), mn = MIN ? bscale16(meta, w->flags, 1) : d;
+        __m512 d = bscale16(meta, flags, 0), mn = MIN ? bscale16(meta, flags, 1) : d;
         _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {
-            int64_t row = r0 + r, at = row * nb + b;
-            const int8_t *xq = a->q + row * k + b * 32;
-            __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
-            _Pragma("GCC unroll 4") for (int j = 0; j < 8; j += 2) {
-                p0 = _mm512_dpbusd_epi32(p0, v[j], _mm512_set1_epi32(x4(xq + 4 * j)));
-                p1 = _mm512_dpbusd_epi32(p1, v[j + 1], _mm512_set1_epi32(x4(xq + 4 * j + 4)));
-            }
-            __m512 P = _mm512_cvtepi32_ps(_mm512_add_epi32(p0, p1));
-            if (!Q4) P = _mm512_fnmadd_ps(_mm512_set1_ps(a->sum[at]), _mm512_set1_ps(128.0f), P);   /* exact */
-            TF_BFINISH(acc[r], P, a->s[at], a->sum[at], d, mn, MIN, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_set1_ps);
+            int64_t at = r * nb + b;
+            const int8_t *xq = xq0 + r * k + b * 32;
+            __m512i p = _mm512_setzero_si512();
+            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
+                p = dpbusd_x4(p, v[j], xq + 4 * j);
+            __m512 P = _mm512_cvtepi32_ps(p);
+            if (!Q4) P = _mm512_fnmadd_ps(_mm512_set1_ps(sum0[at]), _mm512_set1_ps(128.0f), P);   /* exact */
+            TF_BFINISH(acc[r], P, xs0[at], xsum0[at], d, mn, MIN, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_set1_ps);
         }
     }
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {
@@ -310,7 +334,7 @@ static void brows_neon(const tf_weight *w, int n0, int n1, const tf_acts *a, flo
             for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *rec = bbits(w, g, b), *meta = bmeta(w, g, b);
                 const int8_t *xq = a->q + r * k + b * 32;
-                float xs = a->s[r * nb + b], sum = a->sum[r * nb + b];
+                float xs = a->s[r * nb + b], xsum = a->xsum[r * nb + b];
                 for (int o = 0; o < 4; o++) {
                     int32x4_t P = vdupq_n_s32(0);
                     for (int e = 0; e < 32; e += 4)
@@ -321,7 +345,7 @@ static void brows_neon(const tf_weight *w, int n0, int n1, const tf_acts *a, flo
                         m[t] = mins ? bscale(w, meta, 1, 4 * o + t) : 0.0f;
                     }
                     acc[o] = vfmaq_f32(acc[o], vcvtq_f32_s32(P), vmulq_n_f32(vld1q_f32(d), xs));
-                    if (mins) acc[o] = vfmaq_f32(acc[o], vdupq_n_f32(sum), vmulq_n_f32(vld1q_f32(m), xs));
+                    if (mins) acc[o] = vfmaq_f32(acc[o], vdupq_n_f32(xsum), vld1q_f32(m));
                 }
             }
             float t[BG];

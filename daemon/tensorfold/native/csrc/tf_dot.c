@@ -83,7 +83,7 @@ TF_AVX2 TF_INLINE void quant32_avx2(const float *x, __m256 id, __m256i order, in
     if (qu) _mm256_storeu_si256((__m256i *)qu, _mm256_xor_si256(p, _mm256_set1_epi8((char)0x80)));
 }
 
-TF_AVX2 static void quantize_row_avx2(const float *x, int k, int8_t *q, float *s, float *sum) {
+TF_AVX2 static void quantize_row_avx2(const float *x, int k, int8_t *q, float *s, float *sum, float *xsum) {
     const __m256i natural = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int b = 0; b < k / 32; b++) {
         float id;
@@ -91,6 +91,7 @@ TF_AVX2 static void quantize_row_avx2(const float *x, int k, int8_t *q, float *s
         int32_t s0, s1;
         quant32_avx2(x + b * 32, _mm256_set1_ps(id), natural, q + b * 32, NULL, &s0, &s1);
         sum[b] = (float)(s0 + s1);
+        xsum[b] = s[b] * sum[b];
     }
 }
 
@@ -110,14 +111,15 @@ TF_AVX2 static void quantize_row_k_avx2(const float *x, int k, int8_t *q, float 
 }
 #endif
 
-void tf_quantize_row(const float *x, int k, int8_t *q, float *s, float *sum) {
+void tf_quantize_row(const float *x, int k, int8_t *q, float *s, float *sum, float *xsum) {
 #ifdef TF_X86
-    if (tf_isa() >= 1) { quantize_row_avx2(x, k, q, s, sum); return; }
+    if (tf_isa() >= 1) { quantize_row_avx2(x, k, q, s, sum, xsum); return; }
 #endif
     for (int b = 0; b < k / 32; b++) {
         float id;
         s[b] = act_scale(x + b * 32, 32, &id);
         sum[b] = (float)act_quant(x + b * 32, 32, id, q + b * 32);   /* exact: |sum| <= 32 * 127 */
+        xsum[b] = s[b] * sum[b];
     }
 }
 

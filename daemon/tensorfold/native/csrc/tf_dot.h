@@ -11,6 +11,7 @@ typedef struct {
     int8_t *q;            /* rows * k */
     float *s;             /* rows * k/32 */
     float *sum;           /* rows * k/32: the sum of each block's q (exact) */
+    float *xsum;          /* rows * k/32: s * sum, the factor of a block's min term */
     int8_t *qk;           /* rows * k; within each block of 32, element 16h + 4m + i at 8m + 4h + i */
     float *sk;            /* rows * k/256 */
     uint8_t *qku;         /* rows * k: qk + 128 as unsigned bytes (read by K6 on AVX-512 VNNI), or NULL */
@@ -39,7 +40,7 @@ static inline void tf_tiles(const tf_tile_fn *shapes, int size, int rmax, const 
     }
 }
 
-void tf_quantize_row(const float *x, int k, int8_t *q, float *s, float *sum);
+void tf_quantize_row(const float *x, int k, int8_t *q, float *s, float *sum, float *xsum);
 void tf_quantize_row_k(const float *x, int k, int8_t *q, float *s, int16_t *bs, uint8_t *qu);
 /* y[r, n] (row stride ldy) = dot of row r with output n, for n in [n0, n1); no bias.
  * Quantized formats read `a`; TF_BF16 reads the fp32 rows `x`. */

@@ -7,11 +7,11 @@
  *              sequentially, then tree8: ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7))
  *              (16-bit weights).
  *   act quant  per row, per block of 32: d = amax/127, q = rne(x * (1/d)) (0 if
- *              amax is 0), sum = sum of q.
+ *              amax is 0), sum = sum of q, xsum = d * sum (one fp32 rounding).
  *   block dot  per block b in order: P_b = the exact integer sum of the 32 products
  *              q_e * x_e (q_e the weight's integer value, x_e the activation's q);
  *              acc = fma((float)P_b, xs_b * d_b, acc), and with a min plane
- *              acc = fma(sum_b, xs_b * m_b, acc); result = acc (+ bias).
+ *              acc = fma(xsum_b, m_b, acc); result = acc (+ bias).
  *
  * The K formats (GGUF's Q4_K, Q5_K, Q6_K) work on super-blocks of 256 inputs:
  *   act quant  per row, per super-block j of 256: d_j = amax/127, q = rne(x * (1/d_j)),

@@ -37,7 +37,8 @@ static void quant_job(void *p, int ith, int nth) {
     tf_acts *a = &j->a;
     split(a->rows, ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
-        if (a->q) tf_quantize_row(j->x + r * k, (int)k, a->q + r * k, a->s + r * (k / 32), a->sum + r * (k / 32));
+        if (a->q) tf_quantize_row(j->x + r * k, (int)k, a->q + r * k, a->s + r * (k / 32), a->sum + r * (k / 32),
+                                  a->xsum + r * (k / 32));
         if (a->qk) tf_quantize_row_k(j->x + r * k, (int)k, a->qk + r * k, a->sk + r * (k / 256), a->bs + r * (k / 16),
                                      a->qku ? a->qku + r * k : NULL);
     }
@@ -74,7 +75,7 @@ static void dot_job(void *p, int ith, int nth) {
 typedef struct {
     int8_t *q, *qk;
     uint8_t *qku;
-    float *s, *sum, *sk;
+    float *s, *sum, *xsum, *sk;
     int16_t *bs;
     float *tmp;
 } lin_scratch;
@@ -91,7 +92,7 @@ static void linear(const tf_weight *const *parts, int nparts, const float *x, in
     }
     int k = parts[0]->k;
     tf_acts a = {rows, k};
-    if (blocks) { a.q = sc->q; a.s = sc->s; a.sum = sc->sum; }
+    if (blocks) { a.q = sc->q; a.s = sc->s; a.sum = sc->sum; a.xsum = sc->xsum; }
     if (supers) { a.qk = sc->qk; a.sk = sc->sk; a.bs = sc->bs; }
     if (k6) a.qku = sc->qku;              /* only Q6_K reads the unsigned copy */
     lin_job j = {parts, nparts, n, k, x, a, sc->tmp, y, ldy, accum};
@@ -107,16 +108,17 @@ static int alloc_scratch(lin_scratch *sc, int64_t rows, int64_t k, int64_t outs)
     sc->q = malloc((size_t)(rows * k));
     sc->s = malloc(sizeof(float) * (size_t)(rows * (k / 32)));
     sc->sum = malloc(sizeof(float) * (size_t)(rows * (k / 32)));
+    sc->xsum = malloc(sizeof(float) * (size_t)(rows * (k / 32)));
     sc->qk = malloc((size_t)(rows * k));
     sc->qku = malloc((size_t)(rows * k));
     sc->sk = malloc(sizeof(float) * (size_t)(rows * (k / 256) + 1));
     sc->bs = malloc(sizeof(int16_t) * (size_t)(rows * (k / 16)));
     sc->tmp = malloc(sizeof(float) * (size_t)outs);
-    return sc->q && sc->s && sc->sum && sc->qk && sc->qku && sc->sk && sc->bs && sc->tmp;
+    return sc->q && sc->s && sc->sum && sc->xsum && sc->qk && sc->qku && sc->sk && sc->bs && sc->tmp;
 }
 
 static void free_scratch(lin_scratch *sc) {
-    free(sc->q); free(sc->s); free(sc->sum); free(sc->qk); free(sc->qku); free(sc->sk); free(sc->bs); free(sc->tmp);
+    free(sc->q); free(sc->s); free(sc->sum); free(sc->xsum); free(sc->qk); free(sc->qku); free(sc->sk); free(sc->bs); free(sc->tmp);
 }
 
 int tf_linear(const tf_weight *w, const float *x, int rows, float *y) {
