@@ -9,6 +9,7 @@
 
 #include "tf_dot.h"
 #include "tf_kernels.h"
+#include "tf_lanes.h"
 #include "tf_ops.h"
 #include "tf_pool.h"
 
@@ -44,6 +45,14 @@ static void quant_job(void *p, int ith, int nth) {
     }
 }
 
+/* y = t + bias, or y + (t + bias) when accum (bias NULL: t alone), n elements */
+TF_CLONES static void add_part(const float *t, const float *bias, float *y, int64_t n, int accum) {
+    if (bias && accum) for (int64_t i = 0; i < n; i++) y[i] = y[i] + (t[i] + bias[i]);
+    else if (bias) for (int64_t i = 0; i < n; i++) y[i] = t[i] + bias[i];
+    else if (accum) for (int64_t i = 0; i < n; i++) y[i] = y[i] + t[i];
+    else memcpy(y, t, sizeof(float) * (size_t)n);
+}
+
 static void dot_job(void *p, int ith, int nth) {
     lin_job *j = p;
     /* outputs in groups of 16 (the block formats' groups; two of the K formats'), so
@@ -56,17 +65,12 @@ static void dot_job(void *p, int ith, int nth) {
     for (int i = 0; i < j->nparts; i++) {
         const tf_weight *w = j->parts[i];
         int a = n0 > base ? n0 - base : 0, b = n1 - base < w->n ? n1 - base : w->n;
-        if (a < b) {
+        if (a < b && !j->accum && !w->bias) tf_dot_rows(w, a, b, &j->a, j->x, j->y + base, j->ldy);
+        else if (a < b) {
             tf_dot_rows(w, a, b, &j->a, j->x, j->tmp + base, j->n);
-            for (int64_t r = 0; r < j->a.rows; r++) {
-                const float *t = j->tmp + r * j->n + base;
-                float *y = j->y + r * j->ldy + base;
-                for (int n = a; n < b; n++) {
-                    float v = t[n];
-                    if (w->bias) v = v + w->bias[n];
-                    y[n] = j->accum ? y[n] + v : v;
-                }
-            }
+            for (int64_t r = 0; r < j->a.rows; r++)
+                add_part(j->tmp + r * j->n + base + a, w->bias ? w->bias + a : NULL, j->y + r * j->ldy + base + a,
+                         b - a, j->accum);
         }
         base += w->n;
     }
