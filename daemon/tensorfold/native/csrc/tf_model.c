@@ -101,7 +101,7 @@ static void linear(const tf_weight *const *parts, int nparts, const float *x, in
     if (k6) a.qku = sc->qku;              /* only Q6_K reads the unsigned copy */
     lin_job j = {parts, nparts, n, k, x, a, sc->tmp, y, ldy, accum};
     if (blocks || supers) {
-        if ((int64_t)rows * k >= 65536) tf_pool_run(quant_job, &j, threads);
+        if ((int64_t)rows * k >= 4096) tf_pool_run(quant_job, &j, threads);   /* 8 rows of 576 and up */
         else quant_job(&j, 0, 1);
     }
     tf_pool_run(dot_job, &j, threads);
