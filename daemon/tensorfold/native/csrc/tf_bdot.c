@@ -209,9 +209,10 @@ TF_VNNI TF_INLINE __m512 bscale16(const uint8_t *meta, int flags, int p) {
 /* p + dpbusd(v, the four bytes at x broadcast): the broadcast folded into the
  * instruction's memory operand (GCC emits a separate broadcast for the intrinsic,
  * which costs a cycle and a half a row and block). */
+typedef int32_t tf_i32_alias __attribute__((may_alias));
 TF_VNNI TF_INLINE __m512i dpbusd_x4(__m512i p, __m512i v, const int8_t *x) {
 #if defined(__GNUC__)
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(p) : "v"(v), "m"(*(const int32_t *)x));
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(p) : "v"(v), "m"(*(const tf_i32_alias *)x));
     return p;
 #else
     return _mm512_dpbusd_epi32(p, v, _mm512_set1_epi32(x4(x)));
