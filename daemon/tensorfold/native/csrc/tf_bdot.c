@@ -114,7 +114,7 @@ static void brows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, floa
     const int8_t *xq0 = (a)->q + (int64_t)(r0) * (k);                                               \
     const float *xs0 = (a)->s + (int64_t)(r0) * (nb), *xsum0 = (a)->xsum + (int64_t)(r0) * (nb);    \
     const float *sum0 = (a)->sum + (int64_t)(r0) * (nb);                                            \
-    (void)fmt; (void)sum0
+    (void)sum0
 #define BLOCK_AHEAD(ahead, rec, meta)                                                                \
     do {                                                                                            \
         if (ahead) {                                                                                \

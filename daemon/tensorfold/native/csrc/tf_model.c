@@ -45,12 +45,12 @@ static void quant_job(void *p, int ith, int nth) {
     }
 }
 
-/* y = t + bias, or y + (t + bias) when accum (bias NULL: t alone), n elements */
+/* y = t + bias, or y + (t + bias) when accum (bias NULL: y + t), n elements; a part with
+ * neither is written in place (dot_job) */
 TF_CLONES static void add_part(const float *t, const float *bias, float *y, int64_t n, int accum) {
     if (bias && accum) for (int64_t i = 0; i < n; i++) y[i] = y[i] + (t[i] + bias[i]);
     else if (bias) for (int64_t i = 0; i < n; i++) y[i] = t[i] + bias[i];
-    else if (accum) for (int64_t i = 0; i < n; i++) y[i] = y[i] + t[i];
-    else memcpy(y, t, sizeof(float) * (size_t)n);
+    else for (int64_t i = 0; i < n; i++) y[i] = y[i] + t[i];
 }
 
 static void dot_job(void *p, int ith, int nth) {
