@@ -84,9 +84,9 @@ def token_masses(logits: torch.Tensor, temperature: float, z_max: float | None =
     host memory goes through the native kernel (tf_sample.c: the same
     operations in the same order, so the same bits, in one pass).
     """
-    if z_max is None:
-        z_max = largest_z(logits, temperature)
     row = _host_row(logits)
+    if z_max is None:
+        z_max = _largest(logits, row) / float(temperature)
     if row is None:
         return reference_masses(logits, temperature, z_max)
     mass = torch.empty(row.numel(), dtype=torch.int64)
@@ -105,9 +105,12 @@ def reference_masses(logits: torch.Tensor, temperature: float, z_max: float) -> 
 def largest_z(logits: torch.Tensor, temperature: float) -> float:
     """The largest logit / temperature in float64 (dividing the largest logit rounds to the
     same value: division by a positive number and rounding keep the order)."""
-    row = _host_row(logits)
-    top = float(row.numpy().max()) if row is not None else float(logits.max())
-    return top / float(temperature)
+    return _largest(logits, _host_row(logits)) / float(temperature)
+
+
+def _largest(logits: torch.Tensor, row: torch.Tensor | None) -> float:
+    """The largest logit, from the host row when there is one."""
+    return float(row.numpy().max()) if row is not None else float(logits.max())
 
 
 def _host_row(logits: torch.Tensor) -> torch.Tensor | None:
