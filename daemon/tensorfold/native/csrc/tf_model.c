@@ -23,26 +23,53 @@ static void split(int64_t n, int ith, int nth, int64_t *a, int64_t *b) {
 /* ---------------------------------------------------------------- linear */
 
 typedef struct {
+    int8_t *q, *qk;
+    uint8_t *qku;
+    float *s, *sum, *xsum, *sk;
+    int16_t *bs;
+    float *tmp;
+} lin_scratch;
+
+/* The activation forms a linear over `parts` reads: per-32 blocks (Q4A, Q8), per-256
+ * super-blocks (K formats) and their unsigned copy (Q6_K). */
+enum { A_BLOCKS = 1, A_SUPERS = 2, A_K6 = 4 };
+
+static int act_forms(const tf_weight *const *parts, int nparts) {
+    int forms = 0;
+    for (int i = 0; i < nparts; i++) {
+        if (parts[i]->fmt == TF_Q4A || parts[i]->fmt == TF_Q8) forms |= A_BLOCKS;
+        if (parts[i]->fmt >= TF_K4) forms |= A_SUPERS;
+        if (parts[i]->fmt == TF_K6) forms |= A_K6;
+    }
+    return forms;
+}
+
+/* Row r of x (k inputs a row) quantized into sc in `forms`: a function of the row alone. */
+static void quantize_into(const lin_scratch *sc, int forms, const float *x, int64_t r, int64_t k) {
+    if (forms & A_BLOCKS)
+        tf_quantize_row(x + r * k, (int)k, sc->q + r * k, sc->s + r * (k / 32), sc->sum + r * (k / 32),
+                        sc->xsum + r * (k / 32));
+    if (forms & A_SUPERS)
+        tf_quantize_row_k(x + r * k, (int)k, sc->qk + r * k, sc->sk + r * (k / 256), sc->bs + r * (k / 16),
+                          (forms & A_K6) ? sc->qku + r * k : NULL);
+}
+
+typedef struct {
     const tf_weight *const *parts;   /* outputs side by side; all parts read the same k inputs */
     int nparts, n, k;
     const float *x;
     tf_acts a;                       /* each form NULL unless a part reads it */
+    const lin_scratch *sc;
+    int forms;
     float *tmp, *y;
     int ldy, accum;
 } lin_job;
 
-
 static void quant_job(void *p, int ith, int nth) {
     lin_job *j = p;
-    int64_t r0, r1, k = j->k;
-    tf_acts *a = &j->a;
-    split(a->rows, ith, nth, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        if (a->q) tf_quantize_row(j->x + r * k, (int)k, a->q + r * k, a->s + r * (k / 32), a->sum + r * (k / 32),
-                                  a->xsum + r * (k / 32));
-        if (a->qk) tf_quantize_row_k(j->x + r * k, (int)k, a->qk + r * k, a->sk + r * (k / 256), a->bs + r * (k / 16),
-                                     a->qku ? a->qku + r * k : NULL);
-    }
+    int64_t r0, r1;
+    split(j->a.rows, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) quantize_into(j->sc, j->forms, j->x, r, j->k);
 }
 
 /* y = t + bias, or y + (t + bias) when accum (bias NULL: y + t), n elements; a part with
@@ -76,31 +103,20 @@ static void dot_job(void *p, int ith, int nth) {
     }
 }
 
-typedef struct {
-    int8_t *q, *qk;
-    uint8_t *qku;
-    float *s, *sum, *xsum, *sk;
-    int16_t *bs;
-    float *tmp;
-} lin_scratch;
-
-/* y[r, :n] (stride ldy) = x[r] @ [parts]^T + bias, or += when accum. */
+/* y[r, :n] (stride ldy) = x[r] @ [parts]^T + bias, or += when accum.  `quantized`: the
+ * rows of x are in sc already, in the parts' forms (a row step quantized each row it
+ * wrote, quantize_into). */
 static void linear(const tf_weight *const *parts, int nparts, const float *x, int rows, float *y, int ldy,
-                   int accum, lin_scratch *sc, int threads) {
-    int n = 0, blocks = 0, supers = 0, k6 = 0;
-    for (int i = 0; i < nparts; i++) {
-        n += parts[i]->n;
-        blocks |= parts[i]->fmt == TF_Q4A || parts[i]->fmt == TF_Q8;
-        supers |= parts[i]->fmt >= TF_K4;
-        k6 |= parts[i]->fmt == TF_K6;
-    }
+                   int accum, lin_scratch *sc, int threads, int quantized) {
+    int n = 0, forms = act_forms(parts, nparts);
+    for (int i = 0; i < nparts; i++) n += parts[i]->n;
     int k = parts[0]->k;
     tf_acts a = {rows, k};
-    if (blocks) { a.q = sc->q; a.s = sc->s; a.sum = sc->sum; a.xsum = sc->xsum; }
-    if (supers) { a.qk = sc->qk; a.sk = sc->sk; a.bs = sc->bs; }
-    if (k6) a.qku = sc->qku;              /* only Q6_K reads the unsigned copy */
-    lin_job j = {parts, nparts, n, k, x, a, sc->tmp, y, ldy, accum};
-    if (blocks || supers) {
+    if (forms & A_BLOCKS) { a.q = sc->q; a.s = sc->s; a.sum = sc->sum; a.xsum = sc->xsum; }
+    if (forms & A_SUPERS) { a.qk = sc->qk; a.sk = sc->sk; a.bs = sc->bs; }
+    if (forms & A_K6) a.qku = sc->qku;              /* only Q6_K reads the unsigned copy */
+    lin_job j = {parts, nparts, n, k, x, a, sc, forms, sc->tmp, y, ldy, accum};
+    if (forms && !quantized) {
         if ((int64_t)rows * k >= 4096) tf_pool_run(quant_job, &j, threads);   /* 8 rows of 576 and up */
         else quant_job(&j, 0, 1);
     }
@@ -128,7 +144,7 @@ static void free_scratch(lin_scratch *sc) {
 int tf_linear(const tf_weight *w, const float *x, int rows, float *y) {
     lin_scratch sc;
     int ok = alloc_scratch(&sc, rows, w->k, (int64_t)rows * w->n);
-    if (ok) linear(&w, 1, x, rows, y, w->n, 0, &sc, 0);
+    if (ok) linear(&w, 1, x, rows, y, w->n, 0, &sc, 0, 0);
     free_scratch(&sc);
     return ok ? 0 : -1;
 }
@@ -147,6 +163,9 @@ typedef struct {
     float *att_own;                 /* the mixer's output (S_GATE's): att, or this rank's part to send */
     tf_attn at;
     int step, threads;
+    const lin_scratch *sc;
+    int forms;                      /* the next linear's activation forms, which the norm and SiLU
+                                       steps quantize each row they write into (0: none) */
 } fwd;
 
 enum { S_EMBED, S_ATTN_NORM, S_QK, S_GATE, S_MLP_NORM, S_SILU, S_FINAL_NORM };
@@ -164,15 +183,19 @@ static void row_step(fwd *f, int64_t r) {
         break;
     case S_ATTN_NORM:
         tf_rms_norm(f->x + r * E, f->L->attn_norm, m->eps, E, f->h + r * E);
+        quantize_into(f->sc, f->forms, f->h, r, E);
         break;
     case S_MLP_NORM:
         tf_rms_norm(f->x + r * E, f->L->mlp_norm, m->eps, E, f->h + r * E);
+        quantize_into(f->sc, f->forms, f->h, r, E);
         break;
     case S_FINAL_NORM:
         tf_rms_norm(f->x + (int64_t)f->out_rows[r] * E, m->norm, m->eps, E, f->h + r * E);
+        quantize_into(f->sc, f->forms, f->h, r, E);
         break;
     case S_SILU:
         tf_silu_mul(f->gu + r * 2 * F, f->gu + r * 2 * F + F, f->act_own + r * F, F);
+        quantize_into(f->sc, f->forms, f->act_own, r, F);
         break;
     case S_GATE: {                                  /* gated attention: out * sigmoid(gate) */
         float *o = f->att_own + r * H * D;
@@ -225,8 +248,11 @@ static void rows_job(void *p, int ith, int nth) {
     for (int64_t r = r0; r < r1; r++) row_step(f, r);
 }
 
-static void run_rows(fwd *f, int step, int rows) {
+/* Row step `step` over `rows` rows; the norm and SiLU steps quantize their rows in the
+ * forms `forms` (quantize_into) for the linear that reads them next. */
+static void run_rows(fwd *f, int step, int rows, int forms) {
     f->step = step;
+    f->forms = forms;
     f->rows = rows;
     if (rows <= 1) { if (rows == 1) row_step(f, 0); }
     else tf_pool_run(rows_job, f, f->threads);
@@ -289,7 +315,7 @@ static int residual_split(fwd *f, const rank_bufs *b, const tf_weight *w, const 
                           lin_scratch *sc) {
     const tf_model *m = f->m;
     const int32_t *hs = m->hidden_split;
-    linear(&w, 1, in, rows, b->send, hs[m->rank + 1] - hs[m->rank], 0, sc, f->threads);
+    linear(&w, 1, in, rows, b->send, hs[m->rank + 1] - hs[m->rank], 0, sc, f->threads, 0);
     return join(m, b, hs, 1, rows, f->x, m->hidden, 1, NULL);
 }
 
@@ -362,15 +388,19 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
              (!split || (b.send && b.recv));
     int rc = ok ? 0 : -1;
     if (ok) {
-        run_rows(&f, S_EMBED, rows);
+        f.sc = &sc;
+        run_rows(&f, S_EMBED, rows, 0);
         for (int l = 0; l < m->layers && rc == 0; l++) {
             const tf_layer *L = &m->layer[l];
             f.L = L;
-            run_rows(&f, S_ATTN_NORM, rows);
             const tf_weight *o = &L->o, *gu[2] = {&L->gate, &L->up}, *down = &L->down;
+            const tf_weight *dn_in[4] = {&L->q, &L->z, &L->b, &L->a}, *gated[4] = {&L->q, &L->qgate, &L->k, &L->v},
+                            *plain[3] = {&L->q, &L->k, &L->v};
+            const tf_weight *const *in = L->kind == TF_DELTANET ? dn_in : L->qgate.fmt ? gated : plain;
+            int nin = L->kind == TF_DELTANET || L->qgate.fmt ? 4 : 3;
+            run_rows(&f, S_ATTN_NORM, rows, act_forms(in, nin));
             if (L->kind == TF_DELTANET) {
-                const tf_weight *in[4] = {&L->q, &L->z, &L->b, &L->a};
-                linear(in, 4, f.h, rows, f.qkv, QKV, 0, &sc, f.threads);
+                linear(in, nin, f.h, rows, f.qkv, QKV, 0, &sc, f.threads, 1);
                 if (!state_src || tf_deltanet_mix(m, L, f.qkv, QKV, rows, state_src, state_dst, att_own, f.threads)) {
                     rc = -1;
                     break;
@@ -380,42 +410,41 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
                     if (join(m, &b, d->v_split, d->v_dim, rows, f.att, d->v_all * d->v_dim, 0, d->v_order) ||
                         residual_split(&f, &b, o, f.att, rows, &sc)) { rc = -2; break; }
                 } else {
-                    linear(&o, 1, f.att, rows, f.x, E, 1, &sc, f.threads);
+                    linear(&o, 1, f.att, rows, f.x, E, 1, &sc, f.threads, 0);
                 }
             } else {
-                const tf_weight *gated[4] = {&L->q, &L->qgate, &L->k, &L->v}, *plain[3] = {&L->q, &L->k, &L->v};
                 f.qkv_width = (H * (L->qgate.fmt ? 2 : 1) + 2 * KV) * D;
-                if (L->qgate.fmt) linear(gated, 4, f.h, rows, f.qkv, f.qkv_width, 0, &sc, f.threads);
-                else linear(plain, 3, f.h, rows, f.qkv, f.qkv_width, 0, &sc, f.threads);
-                run_rows(&f, S_QK, rows);
+                linear(in, nin, f.h, rows, f.qkv, f.qkv_width, 0, &sc, f.threads, 1);
+                run_rows(&f, S_QK, rows, 0);
                 int B = m->block_size;
                 const uint16_t *keys = m->kv + 2 * L->slot * m->kv_stride;
                 tf_attn at = {f.qkv, att_own, rows, H, KV, D, B, f.qkv_width, H * D, pos, tab_off, tables,
                               keys, keys + m->kv_stride, m->block_stride};
                 f.at = at;
                 tf_pool_run(attn_job, &f, f.threads);
-                if (L->qgate.fmt) run_rows(&f, S_GATE, rows);
+                if (L->qgate.fmt) run_rows(&f, S_GATE, rows, 0);
                 if (split) {
                     if (join(m, &b, m->kv_split, H / KV * D, rows, f.att, HW * D, 0, NULL) ||
                         residual_split(&f, &b, o, f.att, rows, &sc)) { rc = -2; break; }
                 } else {
-                    linear(&o, 1, f.att, rows, f.x, E, 1, &sc, f.threads);
+                    linear(&o, 1, f.att, rows, f.x, E, 1, &sc, f.threads, 0);
                 }
             }
-            run_rows(&f, S_MLP_NORM, rows);
-            linear(gu, 2, f.h, rows, f.gu, 2 * F, 0, &sc, f.threads);
-            run_rows(&f, S_SILU, rows);
+            run_rows(&f, S_MLP_NORM, rows, act_forms(gu, 2));
+            linear(gu, 2, f.h, rows, f.gu, 2 * F, 0, &sc, f.threads, 1);
+            /* a split forward joins the ranks' SiLU parts before down reads them: quantized then */
+            run_rows(&f, S_SILU, rows, split ? 0 : act_forms(&down, 1));
             if (split) {
                 if (join(m, &b, m->ffn_split, 1, rows, f.act, FW, 0, NULL) ||
                     residual_split(&f, &b, down, f.act, rows, &sc)) { rc = -2; break; }
             } else {
-                linear(&down, 1, f.act, rows, f.x, E, 1, &sc, f.threads);
+                linear(&down, 1, f.act, rows, f.x, E, 1, &sc, f.threads, 1);
             }
         }
         if (rc == 0) {
             const tf_weight *head = &m->head;     /* a rank's own vocabulary columns */
-            run_rows(&f, S_FINAL_NORM, n_out);
-            linear(&head, 1, f.h, n_out, logits, m->vocab, 0, &sc, f.threads);
+            run_rows(&f, S_FINAL_NORM, n_out, act_forms(&head, 1));
+            linear(&head, 1, f.h, n_out, logits, m->vocab, 0, &sc, f.threads, 1);
         }
     }
     free(f.x); free(f.h); free(f.qkv); free(f.att); free(f.gu); free(f.act);
