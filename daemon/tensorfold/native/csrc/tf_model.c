@@ -394,13 +394,14 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
             const tf_layer *L = &m->layer[l];
             f.L = L;
             const tf_weight *o = &L->o, *gu[2] = {&L->gate, &L->up}, *down = &L->down;
+            /* the layer's first linear: the deltanet's input projections, or q (, gate), k, v */
             const tf_weight *dn_in[4] = {&L->q, &L->z, &L->b, &L->a}, *gated[4] = {&L->q, &L->qgate, &L->k, &L->v},
                             *plain[3] = {&L->q, &L->k, &L->v};
-            const tf_weight *const *in = L->kind == TF_DELTANET ? dn_in : L->qgate.fmt ? gated : plain;
-            int nin = L->kind == TF_DELTANET || L->qgate.fmt ? 4 : 3;
-            run_rows(&f, S_ATTN_NORM, rows, act_forms(in, nin));
+            const tf_weight *const *first = L->kind == TF_DELTANET ? dn_in : L->qgate.fmt ? gated : plain;
+            int nfirst = L->kind == TF_DELTANET || L->qgate.fmt ? 4 : 3;
+            run_rows(&f, S_ATTN_NORM, rows, act_forms(first, nfirst));
             if (L->kind == TF_DELTANET) {
-                linear(in, nin, f.h, rows, f.qkv, QKV, 0, &sc, f.threads, 1);
+                linear(first, nfirst, f.h, rows, f.qkv, QKV, 0, &sc, f.threads, 1);
                 if (!state_src || tf_deltanet_mix(m, L, f.qkv, QKV, rows, state_src, state_dst, att_own, f.threads)) {
                     rc = -1;
                     break;
@@ -414,7 +415,7 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
                 }
             } else {
                 f.qkv_width = (H * (L->qgate.fmt ? 2 : 1) + 2 * KV) * D;
-                linear(in, nin, f.h, rows, f.qkv, f.qkv_width, 0, &sc, f.threads, 1);
+                linear(first, nfirst, f.h, rows, f.qkv, f.qkv_width, 0, &sc, f.threads, 1);
                 run_rows(&f, S_QK, rows, 0);
                 int B = m->block_size;
                 const uint16_t *keys = m->kv + 2 * L->slot * m->kv_stride;
