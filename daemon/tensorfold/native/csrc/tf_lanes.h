@@ -16,10 +16,12 @@
 #define TF_UNROLL _Pragma("GCC unroll 4")
 #define TF_AHEAD 4                  /* tiles of weights prefetched ahead */
 
-/* Every cache line of [p, p + bytes). */
+/* The lines of p, p + 64, ... below p + bytes: every line of a record but, where records
+ * are not line-aligned, its last one, which the next record's prefetch asks for.  With
+ * `bytes` a constant of the caller's shape the loop unrolls into bare prefetches (an
+ * aligned walk cost the 8-row tiles 4%). */
 TF_INLINE void prefetch_span(const void *p, int64_t bytes) {
-    uintptr_t a = (uintptr_t)p & ~(uintptr_t)63, end = (uintptr_t)p + (uintptr_t)bytes;
-    for (; a < end; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
+    for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch((const char *)p + i, _MM_HINT_T0);
 }
 #endif
 
