@@ -463,6 +463,8 @@ def folders(tmp_path_factory, default_model):
         # head_dim 64 and five query heads per kv head: the vector attention paths (the
         # others' head_dim 16 takes the scalar one), query heads three and two at a time
         "gqa": make_tiny_checkpoint(root / "gqa", default_model, hidden=320, heads=5, kv_heads=1),
+        # head_dim 128, two query heads per kv head
+        "wide": make_tiny_checkpoint(root / "wide", default_model, hidden=256, heads=2, kv_heads=1),
     }
 
 
@@ -568,6 +570,34 @@ def test_forward_logits_identical_however_run(folders, arch, weights):
     use_isa(L.tf_best_isa())
     L.tf_set_soft_fp16(1)
     assert_same(prefill(r, tokens, A), whole, "software fp16 conversion")
+
+
+@pytest.mark.parametrize("arch", ["gqa", "wide"])
+def test_attention_at_the_default_block_size_same_bits_on_every_isa(folders, arch):
+    """Blocks of 32 (the engine's default) with head_dim 64 or 128: the shapes the AVX2
+    attention compiles with constant sizes.  Prefill (a partial last block), chunked
+    prefill and batched decode give the scalar reference's bits on every instruction set."""
+    from tensorfold.native.runner import NativeRunner
+
+    r = NativeRunner(folders[arch], weights="q8_0", threads=1)
+    r.allocate_kv(16, 32)
+    rng = np.random.default_rng(9)
+    tokens, other = rng.integers(0, r.vocab_size, 100).tolist(), rng.integers(0, r.vocab_size, 40).tolist()
+    A, O = [3, 0, 9, 5], [7, 12]
+    use_isa(0)
+    whole, other_alone = prefill(r, tokens, A), prefill(r, other, O)
+    for isa in ISAS:
+        if isa == 3:
+            continue
+        use_isa(isa)
+        poison_kv(r)
+        assert_same(prefill(r, tokens, A, 33), whole, f"ISA {isa}, chunks of 33")
+        prefill(r, other[:20], O)
+        for q in range(20, 40):         # decode beside the other sequence's
+            p = q + 60
+            step = r.forward([tokens[p], other[q]], [r.segment(A, p, 1), r.segment(O, q, 1)], [0, 1])
+            assert_same(step[:1], whole[p:p + 1], f"ISA {isa}, decode at {p}")
+            assert_same(step[1:], other_alone[q:q + 1], f"ISA {isa}, the other's decode at {q}")
 
 
 # ============================================================================ against the fp32 model

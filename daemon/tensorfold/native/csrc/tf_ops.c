@@ -221,12 +221,6 @@ static inline v8f h8_soft(const uint16_t *p) {
 static inline v8f bcast8(float x) { v8f v = {x, x, x, x, x, x, x, x}; return v; }
 static inline void store8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
 #ifdef TF_X86
-TF_AVX2 TF_INLINE v8f fma8_avx2(v8f a, v8f b, v8f c) {
-    return (v8f)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
-}
-TF_AVX2 TF_INLINE v8f h8_f16c(const uint16_t *p) {
-    return (v8f)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-}
 typedef float v16f __attribute__((vector_size(64)));
 #define TF_AVX512 __attribute__((target("avx2,fma,f16c,avx512f")))
 TF_AVX512 TF_INLINE v16f fma16(v16f a, v16f b, v16f c) {
@@ -258,31 +252,40 @@ TF_CLONES static void softmax_c(float *s, int G, int L, int stride, float *den) 
 }
 
 #ifdef TF_X86
-/* tf_softmax_rows sixteen lanes at a time: the max is the same value in any order,
- * exp16 is exp_ by the same operations in the same order, the sum stays sum8. */
+/* tf_softmax_rows W lanes at a time: the max is the same value in any order, EXPV is exp_
+ * by the same operations in the same order, the sum stays sum8. */
+#define TF_VEXP(NAME, SEL, ATTR, VT, VI, BCAST)                                                    \
+ATTR TF_INLINE VT SEL(VI m, VT a, VT b) { return (VT)((m & (VI)a) | (~m & (VI)b)); }             \
+ATTR TF_INLINE VT NAME(VT x) {                                                                    \
+    VT c = SEL(x < -88.0f, BCAST(-88.0f), SEL(x > 88.0f, BCAST(88.0f), x));                       \
+    EXP_PARTS(VT, c, n, p);                                                                       \
+    VI bits = (__builtin_convertvector(n, VI) + 127) << 23;                                       \
+    return SEL(x != x, x, p * (VT)bits);                                                          \
+}
+#define TF_VSOFTMAX(NAME, ATTR, VT, W, EXPV, BCAST, LOAD, STORE, MAX)                              \
+ATTR static void NAME(float *s, int G, int L, int stride, float *den) {                           \
+    for (int g = 0; g < G; g++) {                                                                 \
+        float *sg = s + (int64_t)g * stride;                                                      \
+        VT m = BCAST(sg[0]);                                                                      \
+        int j = 0;                                                                                \
+        for (; j + W <= L; j += W) m = MAX(LOAD(sg + j), m);          /* a > m ? a : m */         \
+        float lanes[W], mx = sg[0];                                                               \
+        STORE(lanes, m);                                                                          \
+        for (int l = 0; l < W; l++) mx = lanes[l] > mx ? lanes[l] : mx;                           \
+        for (; j < L; j++) mx = sg[j] > mx ? sg[j] : mx;                                          \
+        for (j = 0; j + W <= L; j += W) STORE(sg + j, EXPV(LOAD(sg + j) - mx));                  \
+        for (; j < L; j++) sg[j] = exp_(sg[j] - mx);                                              \
+        den[g] = sum8(sg, L);                                                                     \
+    }                                                                                             \
+}
+typedef int32_t v8i __attribute__((vector_size(32)));
 typedef int32_t v16i __attribute__((vector_size(64)));
-TF_AVX512 TF_INLINE v16f sel16(v16i m, v16f a, v16f b) { return (v16f)((m & (v16i)a) | (~m & (v16i)b)); }
-TF_AVX512 TF_INLINE v16f exp16(v16f x) {
-    v16f c = sel16(x < -88.0f, bcast16(-88.0f), sel16(x > 88.0f, bcast16(88.0f), x));
-    EXP_PARTS(v16f, c, n, p);
-    v16i bits = (__builtin_convertvector(n, v16i) + 127) << 23;
-    return sel16(x != x, x, p * (v16f)bits);
-}
-TF_AVX512 static void softmax16(float *s, int G, int L, int stride, float *den) {
-    for (int g = 0; g < G; g++) {
-        float *sg = s + (int64_t)g * stride;
-        __m512 m = _mm512_set1_ps(sg[0]);
-        int j = 0;
-        for (; j + 16 <= L; j += 16) m = _mm512_max_ps(_mm512_loadu_ps(sg + j), m);   /* a > m ? a : m */
-        float lanes[16], mx = sg[0];
-        _mm512_storeu_ps(lanes, m);
-        for (int l = 0; l < 16; l++) mx = lanes[l] > mx ? lanes[l] : mx;
-        for (; j < L; j++) mx = sg[j] > mx ? sg[j] : mx;
-        for (j = 0; j + 16 <= L; j += 16) store16(sg + j, exp16(load16(sg + j) - mx));
-        for (; j < L; j++) sg[j] = exp_(sg[j] - mx);
-        den[g] = sum8(sg, L);
-    }
-}
+TF_AVX2 TF_INLINE v8f max8v(v8f a, v8f b) { return (v8f)_mm256_max_ps((__m256)a, (__m256)b); }
+TF_AVX512 TF_INLINE v16f max16v(v16f a, v16f b) { return (v16f)_mm512_max_ps((__m512)a, (__m512)b); }
+TF_VEXP(exp8v, sel8, TF_AVX2, v8f, v8i, bcast8)
+TF_VEXP(exp16, sel16, TF_AVX512, v16f, v16i, bcast16)
+TF_VSOFTMAX(softmax8, TF_AVX2, v8f, 8, exp8v, bcast8, load8, store8, max8v)
+TF_VSOFTMAX(softmax16, TF_AVX512, v16f, 16, exp16, bcast16, load16, store16, max16v)
 #endif
 
 /* Each of G rows of L scores (row g at s + g*stride) as exp(s - max), and den[g]
@@ -290,6 +293,7 @@ TF_AVX512 static void softmax16(float *s, int G, int L, int stride, float *den) 
 void tf_softmax_rows(float *s, int G, int L, int stride, float *den) {
 #ifdef TF_X86
     if (tf_isa() == 2) { softmax16(s, G, L, stride, den); return; }
+    if (tf_isa() == 1) { softmax8(s, G, L, stride, den); return; }
 #endif
     softmax_c(s, G, L, stride, den);
 }
@@ -343,10 +347,12 @@ void tf_softmax_rows(float *s, int G, int L, int stride, float *den) {
 /* One query row and one kv head: the G query heads that share it, over keys 0..pos of
  * the row's sequence: scores W keys at a time (QK(gn), QG heads per widened key),
  * tf_softmax_rows, the weighted values (PV(gn), PG heads per
- * widened value), o / den.  W divides the block size (16 does). */
-#define TF_ATTEND(NAME, ATTR, W, QK, QG, PV, PG)                                                  \
+ * widened value), o / den.  W divides the block size (16 does).  DC, BC: the head_dim and
+ * block size as constants, or 0 for the model's. */
+#define TF_ATTEND(NAME, ATTR, W, QK, QG, PV, PG, DC, BC)                                          \
 ATTR static void NAME(const tf_attn *t, int row, int kvh, float *scratch) {                       \
-    int d = t->head_dim, G = t->heads / t->kv_heads, B = t->block_size, L = t->pos[row] + 1;      \
+    int d = DC ? DC : t->head_dim, G = t->heads / t->kv_heads, B = BC ? BC : t->block_size;     \
+    int L = t->pos[row] + 1;                                                                      \
     int Lp = (L + B - 1) / B * B;                                                                 \
     const int32_t *table = t->tables + t->tab_off[row];                                           \
     float *s = scratch, *o = s + (int64_t)G * Lp;                  /* [G, Lp], [G, d] */         \
@@ -380,19 +386,66 @@ ATTR static void NAME(const tf_attn *t, int row, int kvh, float *scratch) {     
 
 #define QK_SOFT(GN) QK_KEYS(v8f, h8_soft, fma8_soft, bcast8, store8, GN)
 #define PV_SOFT(GN) PV_ROWS(v8f, 8, h8_soft, fma8_soft, bcast8, load8, store8, GN, 1)
-TF_ATTEND(attend_soft, , 8, QK_SOFT, 1, PV_SOFT, 1)
+TF_ATTEND(attend_soft, , 8, QK_SOFT, 1, PV_SOFT, 1, 0, 0)
 #ifdef TF_X86
-#define QK_AVX2(GN) QK_KEYS(v8f, h8_f16c, fma8_avx2, bcast8, store8, GN)
-#define PV_AVX2(GN) PV_ROWS(v8f, 8, h8_f16c, fma8_avx2, bcast8, load8, store8, GN, 4)
-TF_ATTEND(attend_avx2, TF_AVX2, 8, QK_AVX2, 1, PV_AVX2, 2)
+/* AVX2: the same chains in named registers (the generic forms above spill them here).
+ * Scores of the eight keys of the chunk at k (dimension i at k + i*B) for GN query heads:
+ * chain l of a head takes dimensions l, l + 8, ... in order, each widened key vector
+ * shared by the heads, and the chains go into tree8 as they finish. */
+TF_AVX2 TF_INLINE void qk_avx2(int GN, int d, const float *q, const uint16_t *k, int B, float *s, int Lp) {
+    __m256 c0[3], t01[3], t03[3], t45[3];
+    _Pragma("GCC unroll 8") for (int l = 0; l < 8; l++) {
+        __m256 c[3];
+        _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) c[g] = _mm256_setzero_ps();
+        _Pragma("GCC unroll 16") for (int i = 0; i < d; i += 8) {
+            __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + (int64_t)(i + l) * B)));
+            _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++)
+                c[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + g * d + i + l), kv, c[g]);
+        }
+        _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) {      /* ((0+1)+(2+3))+((4+5)+(6+7)) */
+            if (l % 2 == 0) { c0[g] = c[g]; continue; }
+            __m256 pair = _mm256_add_ps(c0[g], c[g]);
+            if (l == 1) t01[g] = pair;
+            else if (l == 3) t03[g] = _mm256_add_ps(t01[g], pair);
+            else if (l == 5) t45[g] = pair;
+            else _mm256_storeu_ps(s + (int64_t)g * Lp, _mm256_add_ps(t03[g], _mm256_add_ps(t45[g], pair)));
+        }
+    }
+}
+
+/* o[g][:] = fma(w[g][j], v[j][:], o[g][:]) over the nj values of a block in order, for GN
+ * heads, 32 dimensions at a time: up to twelve chains, enough to hide the fma latency. */
+TF_AVX2 TF_INLINE void pv_avx2(int GN, int d, const uint16_t *vb, int nj, const float *w, int Lp, float *o) {
+    _Pragma("GCC unroll 4") for (int c = 0; c < d; c += 32) {
+        __m256 a[3][4];
+        _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++)
+            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) a[g][u] = _mm256_loadu_ps(o + g * d + c + 8 * u);
+        for (int j = 0; j < nj; j++) {
+            __m256 x[3];
+            _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) x[g] = _mm256_broadcast_ss(w + (int64_t)g * Lp + j);
+            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {
+                __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vb + (int64_t)j * d + c + 8 * u)));
+                _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) a[g][u] = _mm256_fmadd_ps(x[g], v, a[g][u]);
+            }
+        }
+        _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++)
+            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) _mm256_storeu_ps(o + g * d + c + 8 * u, a[g][u]);
+    }
+}
+#define QK_AVX2(GN) qk_avx2(GN, d, q + g0 * d, kb + j, B, s + (int64_t)g0 * Lp + j0 + j, Lp)
+#define PV_AVX2(GN) pv_avx2(GN, d, vb, nj, s + (int64_t)g0 * Lp + j0, Lp, o + g0 * d)
+/* the common shapes with their sizes as constants (every address an immediate), and any other */
+TF_ATTEND(attend_avx2_64, TF_AVX2, 8, QK_AVX2, 3, PV_AVX2, 3, 64, 32)
+TF_ATTEND(attend_avx2_128, TF_AVX2, 8, QK_AVX2, 3, PV_AVX2, 3, 128, 32)
+TF_ATTEND(attend_avx2, TF_AVX2, 8, QK_AVX2, 3, PV_AVX2, 3, 0, 0)
 #define QK_AVX512(GN) QK_KEYS(v16f, h16, fma16, bcast16, store16, GN)
 #define PV_AVX512(GN) PV_ROWS(v16f, 16, h16, fma16, bcast16, load16, store16, GN, 4)
-TF_ATTEND(attend_avx512, TF_AVX512, 16, QK_AVX512, 3, PV_AVX512, 3)
+TF_ATTEND(attend_avx512, TF_AVX512, 16, QK_AVX512, 3, PV_AVX512, 3, 0, 0)
 #endif
 #ifdef TF_NEON
 #define QK_NEON(GN) QK_KEYS(v8f, h8_neon, fma8_soft, bcast8, store8, GN)
 #define PV_NEON(GN) PV_ROWS(v8f, 8, h8_neon, fma8_soft, bcast8, load8, store8, GN, 4)
-TF_ATTEND(attend_neon, , 8, QK_NEON, 1, PV_NEON, 2)
+TF_ATTEND(attend_neon, , 8, QK_NEON, 1, PV_NEON, 2, 0, 0)
 #endif
 
 int64_t tf_attend_scratch(const tf_attn *t, int pos) {
@@ -404,6 +457,8 @@ void tf_attend(const tf_attn *t, int row, int kvh, float *scratch) {
     int d = t->head_dim, isa = fp16_fast() ? tf_isa() : 0;
 #ifdef TF_X86
     if (isa == 2 && d % 64 == 0) { attend_avx512(t, row, kvh, scratch); return; }
+    if (isa >= 1 && d == 64 && t->block_size == 32) { attend_avx2_64(t, row, kvh, scratch); return; }
+    if (isa >= 1 && d == 128 && t->block_size == 32) { attend_avx2_128(t, row, kvh, scratch); return; }
     if (isa >= 1 && d % 32 == 0) { attend_avx2(t, row, kvh, scratch); return; }
 #endif
 #ifdef TF_NEON
