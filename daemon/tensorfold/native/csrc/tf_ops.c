@@ -81,11 +81,58 @@ static inline float exp_(float x) {
 
 float tf_exp(float x) { return exp_(x); }
 
-TF_CLONES void tf_silu(const float *x, float *out, int64_t n) {
+static inline v8f bcast8(float x) { v8f v = {x, x, x, x, x, x, x, x}; return v; }
+static inline void store8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
+#ifdef TF_X86
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+#define TF_AVX512 __attribute__((target("avx2,fma,f16c,avx512f")))
+TF_AVX512 TF_INLINE v16f bcast16(float x) { return (v16f)_mm512_set1_ps(x); }
+TF_AVX512 TF_INLINE v16f load16(const float *p) { return (v16f)_mm512_loadu_ps(p); }
+TF_AVX512 TF_INLINE void store16(float *p, v16f v) { _mm512_storeu_ps(p, (__m512)v); }
+
+/* exp_ in every lane: the same operations in the same order (a NaN passes through). */
+#define TF_VEXP(NAME, SEL, ATTR, VT, VI, BCAST)                                                    \
+ATTR TF_INLINE VT SEL(VI m, VT a, VT b) { return (VT)((m & (VI)a) | (~m & (VI)b)); }             \
+ATTR TF_INLINE VT NAME(VT x) {                                                                    \
+    VT c = SEL(x < -88.0f, BCAST(-88.0f), SEL(x > 88.0f, BCAST(88.0f), x));                       \
+    EXP_PARTS(VT, c, n, p);                                                                       \
+    VI bits = (__builtin_convertvector(n, VI) + 127) << 23;                                       \
+    return SEL(x != x, x, p * (VT)bits);                                                          \
+}
+TF_VEXP(exp8v, sel8, TF_AVX2, v8f, v8i, bcast8)
+TF_VEXP(exp16, sel16, TF_AVX512, v16f, v16i, bcast16)
+
+/* SiLU (with MUL: times u) W lanes at a time, each lane the scalar form's operations. */
+#define TF_VSILU(NAME, ATTR, VT, W, EXPV, LOAD, STORE, MUL)                                        \
+ATTR static void NAME(const float *g, const float *u, float *out, int64_t n) {                     \
+    int64_t i = 0;                                                                                \
+    for (; i + W <= n; i += W) {                                                                  \
+        VT x = LOAD(g + i), e = EXPV(-x) + 1.0f;                                                  \
+        STORE(out + i, MUL ? (x / e) * LOAD(u + i) : x / e);                                      \
+    }                                                                                             \
+    for (; i < n; i++) out[i] = MUL ? (g[i] / (exp_(-g[i]) + 1.0f)) * u[i] : g[i] / (exp_(-g[i]) + 1.0f); \
+}
+TF_VSILU(silu_mul8, TF_AVX2, v8f, 8, exp8v, load8, store8, 1)
+TF_VSILU(silu_mul16, TF_AVX512, v16f, 16, exp16, load16, store16, 1)
+TF_VSILU(silu8, TF_AVX2, v8f, 8, exp8v, load8, store8, 0)
+TF_VSILU(silu16, TF_AVX512, v16f, 16, exp16, load16, store16, 0)
+#endif
+
+void tf_silu(const float *x, float *out, int64_t n) {
+#ifdef TF_X86
+    if (tf_isa() == 2) { silu16(x, NULL, out, n); return; }
+    if (tf_isa() == 1) { silu8(x, NULL, out, n); return; }
+#endif
     for (int64_t i = 0; i < n; i++) out[i] = x[i] / (exp_(-x[i]) + 1.0f);
 }
 
-TF_CLONES void tf_silu_mul(const float *g, const float *u, float *out, int64_t n) {
+void tf_silu_mul(const float *g, const float *u, float *out, int64_t n) {
+#ifdef TF_X86
+    if (tf_isa() == 2) { silu_mul16(g, u, out, n); return; }
+    if (tf_isa() == 1) { silu_mul8(g, u, out, n); return; }
+#endif
     for (int64_t i = 0; i < n; i++) {
         float e = exp_(-g[i]) + 1.0f;
         out[i] = (g[i] / e) * u[i];
@@ -218,20 +265,13 @@ static inline v8f h8_soft(const uint16_t *p) {
     for (int i = 0; i < 8; i++) v[i] = tf_h2f(p[i]);
     return v;
 }
-static inline v8f bcast8(float x) { v8f v = {x, x, x, x, x, x, x, x}; return v; }
-static inline void store8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
 #ifdef TF_X86
-typedef float v16f __attribute__((vector_size(64)));
-#define TF_AVX512 __attribute__((target("avx2,fma,f16c,avx512f")))
 TF_AVX512 TF_INLINE v16f fma16(v16f a, v16f b, v16f c) {
     return (v16f)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
 }
 TF_AVX512 TF_INLINE v16f h16(const uint16_t *p) {
     return (v16f)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
-TF_AVX512 TF_INLINE v16f bcast16(float x) { return (v16f)_mm512_set1_ps(x); }
-TF_AVX512 TF_INLINE v16f load16(const float *p) { return (v16f)_mm512_loadu_ps(p); }
-TF_AVX512 TF_INLINE void store16(float *p, v16f v) { _mm512_storeu_ps(p, (__m512)v); }
 #endif
 #ifdef TF_NEON
 static inline v8f h8_neon(const uint16_t *p) {
@@ -253,15 +293,7 @@ TF_CLONES static void softmax_c(float *s, int G, int L, int stride, float *den) 
 
 #ifdef TF_X86
 /* tf_softmax_rows W lanes at a time: the max is the same value in any order, EXPV is exp_
- * by the same operations in the same order, the sum stays sum8. */
-#define TF_VEXP(NAME, SEL, ATTR, VT, VI, BCAST)                                                    \
-ATTR TF_INLINE VT SEL(VI m, VT a, VT b) { return (VT)((m & (VI)a) | (~m & (VI)b)); }             \
-ATTR TF_INLINE VT NAME(VT x) {                                                                    \
-    VT c = SEL(x < -88.0f, BCAST(-88.0f), SEL(x > 88.0f, BCAST(88.0f), x));                       \
-    EXP_PARTS(VT, c, n, p);                                                                       \
-    VI bits = (__builtin_convertvector(n, VI) + 127) << 23;                                       \
-    return SEL(x != x, x, p * (VT)bits);                                                          \
-}
+ * (lane by lane), the sum stays sum8. */
 #define TF_VSOFTMAX(NAME, ATTR, VT, W, EXPV, BCAST, LOAD, STORE, MAX)                              \
 ATTR static void NAME(float *s, int G, int L, int stride, float *den) {                           \
     for (int g = 0; g < G; g++) {                                                                 \
@@ -278,12 +310,8 @@ ATTR static void NAME(float *s, int G, int L, int stride, float *den) {         
         den[g] = sum8(sg, L);                                                                     \
     }                                                                                             \
 }
-typedef int32_t v8i __attribute__((vector_size(32)));
-typedef int32_t v16i __attribute__((vector_size(64)));
 TF_AVX2 TF_INLINE v8f max8v(v8f a, v8f b) { return (v8f)_mm256_max_ps((__m256)a, (__m256)b); }
 TF_AVX512 TF_INLINE v16f max16v(v16f a, v16f b) { return (v16f)_mm512_max_ps((__m512)a, (__m512)b); }
-TF_VEXP(exp8v, sel8, TF_AVX2, v8f, v8i, bcast8)
-TF_VEXP(exp16, sel16, TF_AVX512, v16f, v16i, bcast16)
 TF_VSOFTMAX(softmax8, TF_AVX2, v8f, 8, exp8v, bcast8, load8, store8, max8v)
 TF_VSOFTMAX(softmax16, TF_AVX512, v16f, 16, exp16, bcast16, load16, store16, max16v)
 #endif
