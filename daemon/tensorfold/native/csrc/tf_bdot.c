@@ -181,10 +181,12 @@ TF_AVX2 TF_INLINE void btile_avx2(const tf_weight *w, int64_t g, int o, const tf
                     _Pragma("GCC unroll 3") for (int m = 1; m < 4; m++)
                         p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(v[m], _mm256_set1_epi32(x4(xq + 4 * m))));
                     P[r] = _mm256_add_epi32(P[r], _mm256_madd_epi16(p16, ones));
+                    TF_IN_REGISTER(P[r]);
                 } else {
                     _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {
                         __m256i x = _mm256_sign_epi8(_mm256_set1_epi32(x4(xq + 4 * m)), v[m]);
                         P[r] = _mm256_add_epi32(P[r], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(v[m], v[m]), x), ones));
+                        TF_IN_REGISTER(P[r]);
                     }
                 }
             }

@@ -147,6 +147,20 @@ TF_AVX2 TF_INLINE int64_t x8(const int8_t *p) {
     return v;
 }
 
+/* The same as a broadcast from memory the compiler may not share between uses: a
+ * broadcast load costs a load port, while a shared one stays live across the record
+ * and spills. */
+typedef int64_t tf_i64_alias __attribute__((may_alias));
+TF_AVX2 TF_INLINE __m256i x8_avx2(const int8_t *p) {
+#if defined(__GNUC__)
+    __m256i v;
+    __asm__ volatile("vpbroadcastq %1, %0" : "=x"(v) : "m"(*(const tf_i64_alias *)p));
+    return v;
+#else
+    return _mm256_set1_epi64x(x8(p));
+#endif
+}
+
 /* The fp32 steps of the K dot for one row of a group: I (lane t: output t's exact
  * total, before K6's -32 term), the code pairs for K6's -32 term or K4/K5's min term,
  * into acc.  MADD(M, P, D) adds the int16 pair products of P and D to M (exact). */
@@ -204,34 +218,35 @@ TF_AVX2 TF_INLINE const uint8_t *krecord(const tf_weight *w, int64_t g, int64_t 
 /* AVX2, one super-block: each 32-byte half (4 outputs x 8 inputs) times the row's
  * eight bytes broadcast (maddubs), a few vectors' pair sums added in int16 (at most
  * 4 * 2 * 31 * 127 for K4/K5, 2 * 2 * 63 * 127 for K6), madd with the codes as int16
- * pairs, summed exactly in int32 lane pairs; I[r] lane t: output t's total. */
+ * pairs, summed exactly in int32 lane pairs; I[r] lane t: output t's total.  One half
+ * at a time over all eight blocks, so a half's totals and pair sums stay in registers. */
 TF_AVX2 TF_INLINE void ktotals_avx2(int F, const uint8_t *q, const uint8_t *meta, const int8_t *xq,
                                     const uint8_t *xu, int64_t k, int RT, __m256i *I) {
     (void)xu;
     __m256i tot[2][4];
-    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) tot[0][r] = tot[1][r] = _mm256_setzero_si256();
-    _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++) {
-        __m128i c = kblock_codes(F, meta, b);
-        _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
+    const int STEP = F == TF_K6 ? 2 : 4;
+    _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
+        _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) tot[o][r] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++) {
+            __m128i c = kblock_codes(F, meta, b);
             __m256i c16 = F == TF_K6 ? _mm256_cvtepi8_epi32(o ? _mm_srli_si128(c, 8) : c)
                                      : _mm256_cvtepu8_epi32(o ? _mm_srli_si128(c, 8) : c);
             c16 = _mm256_blend_epi16(c16, _mm256_slli_epi32(c16, 16), 0xAA);
-            const int STEP = F == TF_K6 ? 2 : 4;
             _Pragma("GCC unroll 2") for (int m0 = 0; m0 < 4; m0 += STEP) {
-                __m256i p16[4];
-                _Pragma("GCC unroll 4") for (int m = m0; m < m0 + STEP; m++) {
-                    __m256i wv = kunpack(F, q, b, m, o);
-                    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {
-                        __m256i pr = _mm256_maddubs_epi16(wv, _mm256_set1_epi64x(x8(xq + r * k + 32 * b + 8 * m)));
-                        p16[r] = m == m0 ? pr : _mm256_add_epi16(p16[r], pr);
-                    }
+                __m256i wv[4];
+                _Pragma("GCC unroll 4") for (int m = m0; m < m0 + STEP; m++) wv[m - m0] = kunpack(F, q, b, m, o);
+                _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) {
+                    const int8_t *x = xq + r * k + 32 * b;
+                    __m256i p16 = _mm256_maddubs_epi16(wv[0], x8_avx2(x + 8 * m0));
+                    _Pragma("GCC unroll 3") for (int m = m0 + 1; m < m0 + STEP; m++)
+                        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(wv[m - m0], x8_avx2(x + 8 * m)));
+                    tot[o][r] = _mm256_add_epi32(tot[o][r], _mm256_madd_epi16(p16, c16));
+                    TF_IN_REGISTER(tot[o][r]);
                 }
-                _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
-                    tot[o][r] = _mm256_add_epi32(tot[o][r], _mm256_madd_epi16(p16[r], c16));
             }
         }
     }
-    _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
+    _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++)
         I[r] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(tot[0][r], tot[1][r]), 0xD8);
 }
 

@@ -15,6 +15,14 @@
 #define TF_INLINE static inline __attribute__((always_inline))
 #define TF_UNROLL _Pragma("GCC unroll 4")
 #define TF_AHEAD 4                  /* tiles of weights prefetched ahead */
+/* An integer sum's running value, made to exist in a register here: without it GCC
+ * regroups a long unrolled sum into a tree whose leaves wait on the stack (the AVX2
+ * tiles spilled a vector per product).  Integer sums are exact in any grouping. */
+#if defined(__GNUC__)
+#define TF_IN_REGISTER(v) __asm__("" : "+x"(v))
+#else
+#define TF_IN_REGISTER(v) (void)0
+#endif
 
 /* The lines of p, p + 64, ... below p + bytes: every line of a record but, where records
  * are not line-aligned, its last one, which the next record's prefetch asks for.  With
