@@ -191,8 +191,8 @@ def _b_values(p: Packed) -> np.ndarray:
         nib = bits[..., :256].reshape(G, nb, 1, 4, 16, 4)
         v = np.concatenate([nib & 0x0F, nib >> 4], axis=2).reshape(G, nb, 8, 16, 4).astype(np.int16)
         if p.flags & HIGH:
-            h = np.unpackbits(bits[..., 256:320].reshape(G, nb, 8, 8), axis=-1, bitorder="little")
-            v |= h.reshape(G, nb, 8, 16, 4).astype(np.int16) << 4
+            h = np.unpackbits(bits[..., 256:320, None], axis=-1, bitorder="little")      # [G, b, 4t + i, j]
+            v |= h.swapaxes(-1, -2).reshape(G, nb, 8, 16, 4).astype(np.int16) << 4
     return _ungroup(v.transpose(0, 3, 1, 2, 4), p.n).reshape(p.n, nb, 32)           # element 4j + i
 
 

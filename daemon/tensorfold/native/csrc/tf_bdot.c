@@ -34,10 +34,11 @@ static inline const uint8_t *bmeta(const tf_weight *w, int64_t g, int64_t b) {
  * every path reads and the packer writes): byte bpos(t, e) of the 64-byte vector at
  * bvec_at (Q8: vector j; Q4A: vector j % 4, the low nibble for e < 16, the high for
  * e >= 16, so each dword of a GGUF block stays whole), and its fifth bit (TF_HIGH) at
- * bit bpos of the little-endian 64-bit word at bhigh_at. */
+ * bit e / 4 of the byte at bhigh_at(bpos): one 64-byte plane whose bit j completes
+ * vector j's bytes, so a shift and a mask unpack it where the bytes lie. */
 static inline int bpos(int t, int e) { return 4 * t + e % 4; }
 static inline int bvec_at(int fmt, int e) { return 64 * (fmt == TF_Q8 ? e / 4 : e / 4 % 4); }
-static inline int bhigh_at(int e) { return B_HIGH + 8 * (e / 4); }
+static inline int bhigh_at(int p) { return B_HIGH + p; }
 /* the byte of output t's scale in plane p (0: d, 1: m) */
 static inline int bscale_at(int flags, int p, int t) { return (p * BG + t) * bscale_bytes(flags); }
 
@@ -46,7 +47,7 @@ static inline int bq_at(const tf_weight *w, const uint8_t *rec, int t, int e) {
     int p = bpos(t, e), v = rec[bvec_at(w->fmt, e) + p];
     if (w->fmt == TF_Q8) return (int8_t)v;
     v = e < 16 ? v & 15 : v >> 4;
-    if (w->flags & TF_HIGH) v |= ((rec[bhigh_at(e) + p / 8] >> (p % 8)) & 1) << 4;
+    if (w->flags & TF_HIGH) v |= ((rec[bhigh_at(p)] >> (e / 4)) & 1) << 4;
     return v;
 }
 
@@ -123,14 +124,12 @@ static void brows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, floa
         }                                                                                           \
     } while (0)
 
-/* A block's 32 fifth bits of eight outputs (TF_HIGH) as bytes 0 or 16. */
-TF_AVX2 TF_INLINE __m256i bhigh_avx2(const uint8_t *p) {
-    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201ULL);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(x4((const int8_t *)p)), spread);
-    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-    return _mm256_and_si256(v, _mm256_set1_epi8(16));
+/* Vector j's fifth bits (TF_HIGH) as bytes 0 or 16, from the plane's bytes h: bit j to
+ * bit 4 (16-bit shifts keep it in its byte once masked), j a constant of the caller. */
+TF_AVX2 TF_INLINE __m256i bhigh_avx2(__m256i h, int j) {
+    const __m256i bit4 = _mm256_set1_epi8(16);
+    if (j < 4) return _mm256_and_si256(_mm256_slli_epi16(h, 4 - j), bit4);
+    return _mm256_and_si256(j == 4 ? h : _mm256_srli_epi16(h, j - 4), bit4);
 }
 
 /* Eight outputs' (half o of a group) scales of plane p. */
@@ -165,13 +164,13 @@ TF_AVX2 TF_INLINE void btile_avx2(const tf_weight *w, int64_t g, int o, const tf
         __m256i P[8];
         _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) P[r] = _mm256_setzero_si256();
         _Pragma("GCC unroll 2") for (int part = 0; part < 2; part++) {
-            __m256i v[4];
+            __m256i v[4], h = HIGH ? _mm256_loadu_si256((const __m256i *)(rec + bhigh_at(32 * o))) : m4;
             _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {
                 int e = 16 * part + 4 * m;
                 v[m] = _mm256_loadu_si256((const __m256i *)(rec + bvec_at(fmt, e) + 32 * o));
                 if (Q4) {
                     v[m] = part ? _mm256_and_si256(_mm256_srli_epi16(v[m], 4), m4) : _mm256_and_si256(v[m], m4);
-                    if (HIGH) v[m] = _mm256_or_si256(v[m], bhigh_avx2(rec + bhigh_at(e) + 4 * o));
+                    if (HIGH) v[m] = _mm256_or_si256(v[m], bhigh_avx2(h, e / 4));
                 }
             }
             _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) {
@@ -239,9 +238,9 @@ TF_VNNI TF_INLINE void btile_vnni(const tf_weight *w, int64_t g, const tf_acts *
             if (!Q4) v[j] = _mm512_xor_si512(raw, _mm512_set1_epi8((char)0x80));
             else v[j] = j < 4 ? _mm512_and_si512(raw, m4) : _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
             if (HIGH) {
-                uint64_t h;
-                memcpy(&h, rec + bhigh_at(4 * j), 8);
-                v[j] = _mm512_mask_add_epi8(v[j], _cvtu64_mask64(h), v[j], _mm512_set1_epi8(16));
+                __m512i h = _mm512_loadu_si512((const void *)(rec + bhigh_at(0)));
+                v[j] = _mm512_mask_add_epi8(v[j], _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(1 << j))), v[j],
+                                            _mm512_set1_epi8(16));
             }
         }
         __m512 d = bscale16(meta, flags, 0), mn = MIN ? bscale16(meta, flags, 1) : d;
@@ -320,9 +319,7 @@ static inline int8x16_t bunpack_neon(const tf_weight *w, const uint8_t *rec, int
     if (w->fmt == TF_Q8) return vreinterpretq_s8_u8(v);
     v = e < 16 ? vandq_u8(v, vdupq_n_u8(15)) : vshrq_n_u8(v, 4);
     if (w->flags & TF_HIGH) {
-        static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-        const uint8_t *h = rec + bhigh_at(e) + 2 * o;
-        uint8x16_t hb = vtstq_u8(vcombine_u8(vdup_n_u8(h[0]), vdup_n_u8(h[1])), vld1q_u8(bit));
+        uint8x16_t hb = vtstq_u8(vld1q_u8(rec + bhigh_at(16 * o)), vdupq_n_u8((uint8_t)(1 << (e / 4))));
         v = vorrq_u8(v, vandq_u8(hb, vdupq_n_u8(16)));
     }
     return vreinterpretq_s8_u8(v);
@@ -403,8 +400,8 @@ static void bpack_rows(void *ctx, int ith, int nth) {
                 for (int e = 0; e < 16; e += 4) memcpy(rec + bvec_at(fmt, e) + bpos(t, e), p->q + row * (p->k / 2) + b * 16 + e, 4);
                 if (flags & TF_HIGH)
                     for (int e = 0; e < 32; e++) {
-                        int bit = (p->qh[(row * nb + b) * 4 + e / 8] >> (e % 8)) & 1, at = bpos(t, e);
-                        rec[bhigh_at(e) + at / 8] |= (uint8_t)(bit << (at % 8));
+                        int bit = (p->qh[(row * nb + b) * 4 + e / 8] >> (e % 8)) & 1;
+                        rec[bhigh_at(bpos(t, e))] |= (uint8_t)(bit << (e / 4));
                     }
             }
             for (int pl = 0; pl < S; pl++)

@@ -223,7 +223,7 @@ TF_AVX2 TF_INLINE const uint8_t *krecord(const tf_weight *w, int64_t g, int64_t 
 TF_AVX2 TF_INLINE void ktotals_avx2(int F, const uint8_t *q, const uint8_t *meta, const int8_t *xq,
                                     const uint8_t *xu, int64_t k, int RT, __m256i *I) {
     (void)xu;
-    __m256i tot[2][4];
+    __m256i tot[2][8];              /* RT <= 4 (shapes past the row tile are never called) */
     const int STEP = F == TF_K6 ? 2 : 4;
     _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
         _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) tot[o][r] = _mm256_setzero_si256();

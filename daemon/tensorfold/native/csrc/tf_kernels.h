@@ -46,7 +46,7 @@ enum { TF_HAS_MIN = 2, TF_HIGH = 4, TF_HALF = 8 };
  *   Q8        vector j, int8;
  *   Q4A       vector j % 4, the low nibble for e < 16, the high for e >= 16 (each
  *             dword of a GGUF Q4 block as it is); TF_HIGH: bit 4 of the value at bit
- *             4t + i of the little-endian 64-bit word at 256 + 8j.
+ *             j of byte 256 + 4t + i.
  * Scales: S planes (Q4A: d, m; Q8: d[, m]) of sixteen values each, fp32 or fp16
  * (TF_HALF); element e's value = q * d (+ m), one fp32 multiply then one fp32 add.
  *
