@@ -1,0 +1,161 @@
+/* The kernels' SIMD paths against their scalar reference, bit for bit, on whatever
+ * CPU this runs on (natively, or an ARM build under qemu-aarch64).  One line per case:
+ * "<case> <hash of the reference's output bits> same|DIFFER"; exit status 1 when any
+ * path differs.  test_native_same_bits.py compares the reference hashes across CPUs:
+ * the same reply on x86 and ARM needs the same bits from every kernel. */
+#define _POSIX_C_SOURCE 199309L
+#include "tf_dot.h"
+#include "tf_ops.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t seed = 12345;
+static uint32_t rnd(void) { return (seed = seed * 1664525u + 1013904223u) >> 8; }
+static float frnd(void) { return (float)(rnd() % 20001) / 10000.0f - 1.0f; }
+static void *zalloc(size_t bytes) { return calloc(bytes + 64, 1); }
+
+static int fails;
+
+/* Run `fn(ctx, out)` on the reference and on the best path; print the case. */
+static void compare(const char *name, void (*fn)(void *, float *), void *ctx, size_t floats) {
+    float *ref = zalloc(floats * 4), *got = zalloc(floats * 4);
+    tf_set_isa(0);
+    fn(ctx, ref);
+    tf_set_isa(tf_best_isa());
+    fn(ctx, got);
+    uint32_t h = 2166136261u;                       /* FNV-1a of the reference's bytes */
+    for (size_t i = 0; i < floats * 4; i++) h = (h ^ ((const uint8_t *)ref)[i]) * 16777619u;
+    int bad = memcmp(ref, got, floats * 4) != 0;
+    printf("%s %08x %s\n", name, h, bad ? "DIFFER" : "same");
+    fails += bad;
+    free(ref);
+    free(got);
+}
+
+/* ---------------------------------------------------------------- linear */
+
+typedef struct { tf_weight w; tf_acts a; } linear_case;
+
+static void run_linear(void *ctx, float *y) {
+    linear_case *c = ctx;
+    if (c->w.fmt >= TF_K4) tf_kdot_rows(&c->w, 0, c->w.n, &c->a, y, c->w.n);
+    else tf_bdot_rows(&c->w, 0, c->w.n, &c->a, y, c->w.n);
+}
+
+static tf_acts make_acts(int rows, int k) {
+    tf_acts a = {rows, k, zalloc(rows * k), zalloc(rows * k / 8), zalloc(rows * k / 8), zalloc(rows * k / 8),
+                 zalloc(rows * k), zalloc(rows * k / 64 + 4), zalloc(rows * k), zalloc(rows * k / 8)};
+    float *x = zalloc(k * 4);
+    for (int r = 0; r < rows; r++) {
+        for (int i = 0; i < k; i++) x[i] = frnd() * (float)(1 + i % 7);
+        tf_quantize_row(x, k, a.q + r * k, a.s + r * k / 32, a.sum + r * k / 32, a.xsum + r * k / 32);
+        tf_quantize_row_k(x, k, a.qk + r * k, a.sk + r * k / 256, a.bs + r * k / 16, a.qku + r * k);
+    }
+    free(x);
+    return a;
+}
+
+static void check_linear(const char *name, tf_weight w) {
+    for (int rows = 1; rows <= 9; rows += 4) {
+        linear_case c = {w, make_acts(rows, w.k)};
+        char label[64];
+        snprintf(label, sizeof label, "linear-%s-rows%d", name, rows);
+        compare(label, run_linear, &c, (size_t)rows * w.n);
+    }
+}
+
+/* Q4_0/Q5_0-style blocks (nibbles, fifth bits, fp32 d and m) and Q8 with or without a min. */
+static tf_weight block_weight(int fmt, int flags, int n, int k) {
+    int nb = k / 32, S = fmt == TF_Q4A || (flags & TF_HAS_MIN) ? 2 : 1, qrow = fmt == TF_Q8 ? k : k / 2;
+    uint8_t *q = zalloc((size_t)n * qrow), *qh = zalloc((size_t)n * nb * 4);
+    float *s = zalloc((size_t)n * S * nb * 4);
+    for (size_t i = 0; i < (size_t)n * qrow; i++) q[i] = (uint8_t)rnd();
+    for (size_t i = 0; i < (size_t)n * nb * 4; i++) qh[i] = (uint8_t)rnd();
+    for (size_t i = 0; i < (size_t)n * S * nb; i++) s[i] = frnd() * 0.01f;
+    int groups = (n + 15) / 16, bits = fmt == TF_Q8 ? 512 : (flags & TF_HIGH) ? 320 : 256;
+    uint8_t *oq = zalloc((size_t)groups * nb * bits), *os = zalloc((size_t)groups * nb * S * 64);
+    tf_bpack(fmt, flags, n, k, q, (flags & TF_HIGH) ? qh : NULL, (const uint8_t *)s, oq, os);
+    return (tf_weight){fmt, flags, n, k, oq, os, NULL};
+}
+
+/* GGUF Q4_K / Q5_K / Q6_K super-blocks of random bits with finite fp16 scales. */
+static tf_weight k_weight(int fmt, int n, int k) {
+    int size = fmt == TF_K4 ? 144 : fmt == TF_K5 ? 176 : 210, nsb = k / 256, groups = (n + 7) / 8;
+    uint8_t *raw = zalloc((size_t)n * nsb * size);
+    for (size_t i = 0; i < (size_t)n * nsb * size; i++) raw[i] = (uint8_t)rnd();
+    for (size_t b = 0; b < (size_t)n * nsb; b++) {
+        uint16_t d = 0x2E66, dmin = 0x2A00;                              /* about 0.1 and 0.05 */
+        memcpy(raw + b * size + (fmt == TF_K6 ? 208 : 0), &d, 2);
+        if (fmt != TF_K6) memcpy(raw + b * size + 2, &dmin, 2);
+    }
+    int bits = fmt == TF_K4 ? 1024 : fmt == TF_K5 ? 1280 : 1536, meta = fmt == TF_K6 ? 176 : 160;
+    uint8_t *oq = zalloc((size_t)groups * nsb * bits), *os = zalloc((size_t)groups * nsb * meta);
+    tf_kpack(fmt, raw, n, k, oq, os);
+    free(raw);
+    return (tf_weight){fmt, 0, n, k, oq, os, NULL};
+}
+
+/* ---------------------------------------------------------------- attention */
+
+static void run_attend(void *ctx, float *out) {
+    tf_attn t = *(const tf_attn *)ctx;
+    float *scratch = zalloc((size_t)tf_attend_scratch(&t, t.pos[0]) * 4);
+    t.out = out;
+    for (int g = 0; g < t.kv_heads; g++) tf_attend(&t, 0, g, scratch);
+    free(scratch);
+}
+
+static void check_attend(int d, int B) {
+    enum { KVH = 3, H = 9, BLOCKS = 12 };
+    static const int32_t table[BLOCKS] = {5, 2, 7, 0, 11, 3, 9, 1, 4, 10, 6, 8};
+    static const int32_t offset = 0;
+    int32_t pos = 300 < BLOCKS * B ? 300 : BLOCKS * B - 1;
+    int64_t stride = (int64_t)KVH * d * B;
+    uint16_t *kc = zalloc(BLOCKS * stride * 2), *vc = zalloc(BLOCKS * stride * 2);
+    for (int64_t i = 0; i < BLOCKS * stride; i++) {
+        kc[i] = tf_f2h(frnd());
+        vc[i] = tf_f2h(frnd());
+    }
+    float *q = zalloc(H * d * 4);
+    for (int i = 0; i < H * d; i++) q[i] = frnd() * 0.3f;
+    tf_attn t = {q, NULL, 1, H, KVH, d, B, H * d, H * d, &pos, &offset, table, kc, vc, stride};
+    char label[64];
+    snprintf(label, sizeof label, "attend-d%d-block%d", d, B);
+    compare(label, run_attend, &t, (size_t)H * d);
+}
+
+/* ---------------------------------------------------------------- row ops */
+
+enum { N = 1000 };
+static float xa[N], xb[N];
+
+static void run_softmax(void *ctx, float *y) {
+    (void)ctx;
+    memcpy(y, xa, sizeof xa);
+    tf_softmax_rows(y, 2, N / 2, N / 2, y + N);      /* the two sums after the rows */
+}
+static void run_silu_mul(void *ctx, float *y) { (void)ctx; tf_silu_mul(xa, xb, y, N); }
+static void run_rms_norm(void *ctx, float *y) { (void)ctx; tf_rms_norm(xa, xb, 1e-5f, N, y); }
+
+int main(void) {
+    const int n = 40, k = 512;
+    check_linear("q4a", block_weight(TF_Q4A, 0, n, k));
+    check_linear("q5a", block_weight(TF_Q4A, TF_HIGH, n, k));
+    check_linear("q8", block_weight(TF_Q8, 0, n, k));
+    check_linear("q8m", block_weight(TF_Q8, TF_HAS_MIN, n, k));
+    check_linear("k4", k_weight(TF_K4, n, k));
+    check_linear("k5", k_weight(TF_K5, n, k));
+    check_linear("k6", k_weight(TF_K6, n, k));
+    for (int d = 64; d <= 128; d += 64)
+        for (int B = 16; B <= 32; B += 16) check_attend(d, B);
+    for (int i = 0; i < N; i++) {
+        xa[i] = frnd() * 12.0f;
+        xb[i] = frnd();
+    }
+    compare("softmax", run_softmax, NULL, N + 2);
+    compare("silu_mul", run_silu_mul, NULL, N);
+    compare("rms_norm", run_rms_norm, NULL, N);
+    return fails != 0;
+}
