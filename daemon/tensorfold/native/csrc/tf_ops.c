@@ -273,14 +273,6 @@ TF_AVX512 TF_INLINE v16f h16(const uint16_t *p) {
     return (v16f)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 #endif
-#ifdef TF_NEON
-static inline v8f h8_neon(const uint16_t *p) {
-    float t[8];
-    vst1q_f32(t, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))));
-    vst1q_f32(t + 4, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p + 4))));
-    return load8(t);
-}
-#endif
 
 TF_CLONES static void softmax_c(float *s, int G, int L, int stride, float *den) {
     for (int g = 0; g < G; g++) {
@@ -471,9 +463,57 @@ TF_ATTEND(attend_avx2, TF_AVX2, 8, QK_AVX2, 3, PV_AVX2, 3, 0, 0)
 TF_ATTEND(attend_avx512, TF_AVX512, 16, QK_AVX512, 3, PV_AVX512, 3, 0, 0)
 #endif
 #ifdef TF_NEON
-#define QK_NEON(GN) QK_KEYS(v8f, h8_neon, fma8_soft, bcast8, store8, GN)
-#define PV_NEON(GN) PV_ROWS(v8f, 8, h8_neon, fma8_soft, bcast8, load8, store8, GN, 4)
-TF_ATTEND(attend_neon, , 8, QK_NEON, 1, PV_NEON, 2, 0, 0)
+/* NEON: qk_avx2 and pv_avx2's chains as pairs of four-lane registers (the generic forms
+ * above compiled to scalar multiply-adds through the stack). */
+static inline float32x4_t h4_neon(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+static inline __attribute__((always_inline)) void qk_neon(int GN, int d, const float *q, const uint16_t *k, int B,
+                                                          float *s, int Lp) {
+    float32x4_t c0[3][2], t01[3][2], t03[3][2], t45[3][2];
+    _Pragma("GCC unroll 8") for (int l = 0; l < 8; l++) {
+        float32x4_t c[3][2];
+        _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) c[g][0] = c[g][1] = vdupq_n_f32(0.0f);
+        _Pragma("GCC unroll 2") for (int i = 0; i < d; i += 8) {
+            const uint16_t *kp = k + (int64_t)(i + l) * B;
+            float32x4_t k0 = h4_neon(kp), k1 = h4_neon(kp + 4);
+            _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) {
+                float x = q[g * d + i + l];
+                c[g][0] = vfmaq_n_f32(c[g][0], k0, x);
+                c[g][1] = vfmaq_n_f32(c[g][1], k1, x);
+            }
+        }
+        _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++)       /* ((0+1)+(2+3))+((4+5)+(6+7)) */
+            _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                if (l % 2 == 0) { c0[g][h] = c[g][h]; continue; }
+                float32x4_t pair = vaddq_f32(c0[g][h], c[g][h]);
+                if (l == 1) t01[g][h] = pair;
+                else if (l == 3) t03[g][h] = vaddq_f32(t01[g][h], pair);
+                else if (l == 5) t45[g][h] = pair;
+                else vst1q_f32(s + (int64_t)g * Lp + 4 * h, vaddq_f32(t03[g][h], vaddq_f32(t45[g][h], pair)));
+            }
+    }
+}
+/* o[g][:] = fma(w[g][j], v[j][:], o[g][:]) over the nj values in order, 16 dimensions at a time */
+static inline __attribute__((always_inline)) void pv_neon(int GN, int d, const uint16_t *vb, int nj, const float *w,
+                                                          int Lp, float *o) {
+    for (int c = 0; c < d; c += 16) {
+        float32x4_t a[3][4];
+        _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++)
+            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) a[g][u] = vld1q_f32(o + g * d + c + 4 * u);
+        for (int j = 0; j < nj; j++) {
+            float32x4_t v[4];
+            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) v[u] = h4_neon(vb + (int64_t)j * d + c + 4 * u);
+            _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) {
+                float x = w[(int64_t)g * Lp + j];
+                _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) a[g][u] = vfmaq_n_f32(a[g][u], v[u], x);
+            }
+        }
+        _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++)
+            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) vst1q_f32(o + g * d + c + 4 * u, a[g][u]);
+    }
+}
+#define QK_NEON(GN) qk_neon(GN, d, q + g0 * d, kb + j, B, s + (int64_t)g0 * Lp + j0 + j, Lp)
+#define PV_NEON(GN) pv_neon(GN, d, vb, nj, s + (int64_t)g0 * Lp + j0, Lp, o + g0 * d)
+TF_ATTEND(attend_neon, , 8, QK_NEON, 3, PV_NEON, 3, 0, 0)
 #endif
 
 int64_t tf_attend_scratch(const tf_attn *t, int pos) {
