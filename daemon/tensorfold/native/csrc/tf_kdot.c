@@ -147,9 +147,9 @@ TF_AVX2 TF_INLINE int64_t x8(const int8_t *p) {
     return v;
 }
 
-/* The same as a broadcast from memory the compiler may not share between uses: a
- * broadcast load costs a load port, while a shared one stays live across the record
- * and spills. */
+/* x8 broadcast straight from memory, each use its own load: a broadcast load costs
+ * only a load port, while one the compiler shares between the output halves stays
+ * live across the record and spills. */
 typedef int64_t tf_i64_alias __attribute__((may_alias));
 TF_AVX2 TF_INLINE __m256i x8_avx2(const int8_t *p) {
 #if defined(__GNUC__)
