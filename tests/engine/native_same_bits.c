@@ -58,7 +58,9 @@ static tf_acts make_acts(int rows, int k) {
 }
 
 static void check_linear(const char *name, tf_weight w) {
-    for (int rows = 1; rows <= 9; rows += 4) {
+    static const int counts[] = {1, 3, 6, 9};      /* every tile shape of up to four rows */
+    for (int i = 0; i < 4; i++) {
+        int rows = counts[i];
         linear_case c = {w, make_acts(rows, w.k)};
         char label[64];
         snprintf(label, sizeof label, "linear-%s-rows%d", name, rows);
@@ -66,17 +68,23 @@ static void check_linear(const char *name, tf_weight w) {
     }
 }
 
-/* Q4_0/Q5_0-style blocks (nibbles, fifth bits, fp32 d and m) and Q8 with or without a min. */
+/* Q4_0/Q5_0-style blocks (nibbles, fifth bits, d and m) and Q8 with or without a min;
+ * scales fp32, or fp16 with TF_HALF (as GGUF files store them). */
 static tf_weight block_weight(int fmt, int flags, int n, int k) {
     int nb = k / 32, S = fmt == TF_Q4A || (flags & TF_HAS_MIN) ? 2 : 1, qrow = fmt == TF_Q8 ? k : k / 2;
-    uint8_t *q = zalloc((size_t)n * qrow), *qh = zalloc((size_t)n * nb * 4);
-    float *s = zalloc((size_t)n * S * nb * 4);
+    int es = flags & TF_HALF ? 2 : 4;
+    uint8_t *q = zalloc((size_t)n * qrow), *qh = zalloc((size_t)n * nb * 4), *s = zalloc((size_t)n * S * nb * es);
     for (size_t i = 0; i < (size_t)n * qrow; i++) q[i] = (uint8_t)rnd();
     for (size_t i = 0; i < (size_t)n * nb * 4; i++) qh[i] = (uint8_t)rnd();
-    for (size_t i = 0; i < (size_t)n * S * nb; i++) s[i] = frnd() * 0.01f;
+    for (size_t i = 0; i < (size_t)n * S * nb; i++) {
+        float f = frnd() * 0.01f;
+        uint16_t h = tf_f2h(f);
+        if (es == 2) memcpy(s + 2 * i, &h, 2);
+        else memcpy(s + 4 * i, &f, 4);
+    }
     int groups = (n + 15) / 16, bits = fmt == TF_Q8 ? 512 : (flags & TF_HIGH) ? 320 : 256;
-    uint8_t *oq = zalloc((size_t)groups * nb * bits), *os = zalloc((size_t)groups * nb * S * 64);
-    tf_bpack(fmt, flags, n, k, q, (flags & TF_HIGH) ? qh : NULL, (const uint8_t *)s, oq, os);
+    uint8_t *oq = zalloc((size_t)groups * nb * bits), *os = zalloc((size_t)groups * nb * S * 16 * es);
+    tf_bpack(fmt, flags, n, k, q, (flags & TF_HIGH) ? qh : NULL, s, oq, os);
     return (tf_weight){fmt, flags, n, k, oq, os, NULL};
 }
 
@@ -145,6 +153,9 @@ int main(void) {
     check_linear("q5a", block_weight(TF_Q4A, TF_HIGH, n, k));
     check_linear("q8", block_weight(TF_Q8, 0, n, k));
     check_linear("q8m", block_weight(TF_Q8, TF_HAS_MIN, n, k));
+    check_linear("q4a-half", block_weight(TF_Q4A, TF_HALF, n, k));
+    check_linear("q5a-half", block_weight(TF_Q4A, TF_HIGH | TF_HALF, n, k));
+    check_linear("q8-half", block_weight(TF_Q8, TF_HALF, n, k));
     check_linear("k4", k_weight(TF_K4, n, k));
     check_linear("k5", k_weight(TF_K5, n, k));
     check_linear("k6", k_weight(TF_K6, n, k));

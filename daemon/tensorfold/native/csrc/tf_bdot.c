@@ -325,33 +325,59 @@ static inline int8x16_t bunpack_neon(const tf_weight *w, const uint8_t *rec, int
     return vreinterpretq_s8_u8(v);
 }
 
-static void brows_neon(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) {
+/* Four outputs' (quarter o of a group) scales of plane p. */
+static inline float32x4_t bscale4_neon(const tf_weight *w, const uint8_t *meta, int p, int o) {
+    const uint8_t *at = meta + bscale_at(w->flags, p, 4 * o);
+    if (w->flags & TF_HALF) {
+        uint16_t h[4];
+        memcpy(h, at, 8);
+        return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
+    }
+    float f[4];
+    memcpy(f, at, 16);
+    return vld1q_f32(f);
+}
+
+/* Group g by RT rows from r0, a quarter of four outputs at a time: a block's eight
+ * vectors unpacked once for the rows, each row's exact block total by dot4, then the
+ * block dot's fp32 steps. */
+static inline __attribute__((always_inline)) void btile_neon(const tf_weight *w, int64_t g, const tf_acts *a, int r0,
+                                                             int RT, float *y, int ldy, int n0, int n1) {
     int64_t k = w->k, nb = k / 32;
     int mins = bplanes(w->fmt, w->flags) == 2;
-    for (int64_t g = n0 / BG; g * BG < n1; g++)
-        for (int64_t r = 0; r < a->rows; r++) {
-            float32x4_t acc[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
-            for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *rec = bbits(w, g, b), *meta = bmeta(w, g, b);
-                const int8_t *xq = a->q + r * k + b * 32;
-                float xs = a->s[r * nb + b], xsum = a->xsum[r * nb + b];
-                for (int o = 0; o < 4; o++) {
-                    int32x4_t P = vdupq_n_s32(0);
-                    for (int e = 0; e < 32; e += 4)
-                        P = vaddq_s32(P, dot4(bunpack_neon(w, rec, e, o), vreinterpretq_s8_s32(vdupq_n_s32(x4(xq + e)))));
-                    float d[4], m[4];
-                    for (int t = 0; t < 4; t++) {
-                        d[t] = bscale(w, meta, 0, 4 * o + t);
-                        m[t] = mins ? bscale(w, meta, 1, 4 * o + t) : 0.0f;
-                    }
-                    acc[o] = vfmaq_f32(acc[o], vcvtq_f32_s32(P), vmulq_n_f32(vld1q_f32(d), xs));
-                    if (mins) acc[o] = vfmaq_f32(acc[o], vdupq_n_f32(xsum), vld1q_f32(m));
-                }
+    float out[4][BG];
+    for (int o = 0; o < 4; o++) {
+        float32x4_t acc[4];
+        for (int r = 0; r < RT; r++) acc[r] = vdupq_n_f32(0.0f);
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *rec = bbits(w, g, b), *meta = bmeta(w, g, b);
+            int8x16_t v[8];
+            for (int j = 0; j < 8; j++) v[j] = bunpack_neon(w, rec, 4 * j, o);
+            float32x4_t d = bscale4_neon(w, meta, 0, o), m = mins ? bscale4_neon(w, meta, 1, o) : d;
+            for (int r = 0; r < RT; r++) {
+                int64_t at = (int64_t)(r0 + r) * nb + b;
+                const int8_t *xq = a->q + (int64_t)(r0 + r) * k + b * 32;
+                int32x4_t P = vdupq_n_s32(0);
+                for (int j = 0; j < 8; j++) P = dot4(P, v[j], vreinterpretq_s8_s32(vdupq_n_s32(x4(xq + 4 * j))));
+                acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(P), vmulq_n_f32(d, a->s[at]));
+                if (mins) acc[r] = vfmaq_f32(acc[r], vdupq_n_f32(a->xsum[at]), m);
             }
-            float t[BG];
-            for (int o = 0; o < 4; o++) vst1q_f32(t + 4 * o, acc[o]);
-            tf_store_span(y + r * ldy, BG * g, BG, n0, n1, t);
         }
+        for (int r = 0; r < RT; r++) vst1q_f32(out[r] + 4 * o, acc[r]);
+    }
+    for (int r = 0; r < RT; r++) tf_store_span(y + (int64_t)(r0 + r) * ldy, BG * g, BG, n0, n1, out[r]);
+}
+#define TF_BSHAPE_NEON(RT)                                                                           \
+static void btile_neon_##RT(const tf_weight *w, int64_t g, const tf_acts *a, int r, float *y, int ldy, \
+                            int n0, int n1, int first) {                                            \
+    (void)first;                                                                                    \
+    btile_neon(w, g, a, r, RT, y, ldy, n0, n1);                                                     \
+}
+TF_BSHAPE_NEON(1) TF_BSHAPE_NEON(2) TF_BSHAPE_NEON(3) TF_BSHAPE_NEON(4)
+
+static void brows_neon(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) {
+    static const tf_tile_fn shapes[5] = {0, btile_neon_1, btile_neon_2, btile_neon_3, btile_neon_4};
+    tf_tiles(shapes, BG, 4, w, n0, n1, a, y, ldy);
 }
 #endif
 

@@ -379,46 +379,70 @@ static inline int8x16_t kunpack_neon(int F, const uint8_t *q, int b, int m, int 
     return vreinterpretq_s8_u8(v);
 }
 
-static void krows_neon(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) {
+/* Group g by RT rows from r0: each super-block's vectors unpacked once for the rows
+ * (outputs 2o, 2o + 1 in lanes (t, half)), the exact totals by dot4 and the codes,
+ * then the K dot's fp32 steps output by output. */
+static inline __attribute__((always_inline)) void ktile_neon(const tf_weight *w, int64_t g, const tf_acts *a, int r0,
+                                                             int RT, float *y, int ldy, int n0, int n1) {
     int F = w->fmt;
     int64_t k = w->k, nsb = k / 256;
-    for (int64_t g = n0 / 8; g * 8 < n1; g++)
-        for (int64_t r = 0; r < a->rows; r++) {
-            float acc[8] = {0};
-            for (int64_t j = 0; j < nsb; j++) {
-                const uint8_t *q = kbits(w, g, j), *meta = kmeta(w, g, j);
-                const int8_t *xq = a->qk + r * k + j * 256;
-                const int16_t *bs = a->bs + (r * nsb + j) * 16;
-                float xs = a->sk[r * nsb + j];
-                int32_t I[8];
-                for (int o = 0; o < 4; o++) {               /* outputs 2o, 2o + 1: lanes (t, half) */
-                    int32x4_t tot = vdupq_n_s32(0);
-                    for (int b = 0; b < 8; b++) {
-                        int32x4_t s = vdupq_n_s32(0);
-                        for (int m = 0; m < 4; m++) {
-                            int64_t x;
-                            memcpy(&x, xq + 32 * b + 8 * m, 8);
-                            s = vaddq_s32(s, dot4(kunpack_neon(F, q, b, m, o), vreinterpretq_s8_s64(vdupq_n_s64(x))));
-                        }
-                        int32_t cd[4] = {kcode(F, meta, 2 * o, b, 0), kcode(F, meta, 2 * o, b, 1),
-                                         kcode(F, meta, 2 * o + 1, b, 0), kcode(F, meta, 2 * o + 1, b, 1)};
-                        tot = vmlaq_s32(tot, s, vld1q_s32(cd));
+    float acc[4][8] = {{0}};
+    for (int64_t j = 0; j < nsb; j++) {
+        const uint8_t *q = kbits(w, g, j), *meta = kmeta(w, g, j);
+        int32_t I[4][8];
+        for (int o = 0; o < 4; o++) {
+            int32x4_t tot[4];
+            for (int r = 0; r < RT; r++) tot[r] = vdupq_n_s32(0);
+            for (int b = 0; b < 8; b++) {
+                int8x16_t v[4];
+                for (int m = 0; m < 4; m++) v[m] = kunpack_neon(F, q, b, m, o);
+                int32_t cd[4] = {kcode(F, meta, 2 * o, b, 0), kcode(F, meta, 2 * o, b, 1),
+                                 kcode(F, meta, 2 * o + 1, b, 0), kcode(F, meta, 2 * o + 1, b, 1)};
+                int32x4_t c = vld1q_s32(cd);
+                for (int r = 0; r < RT; r++) {
+                    const int8_t *xq = a->qk + (int64_t)(r0 + r) * k + j * 256 + 32 * b;
+                    int32x4_t sum = vdupq_n_s32(0);
+                    for (int m = 0; m < 4; m++) {
+                        int64_t x;
+                        memcpy(&x, xq + 8 * m, 8);
+                        sum = dot4(sum, v[m], vreinterpretq_s8_s64(vdupq_n_s64(x)));
                     }
-                    I[2 * o] = vgetq_lane_s32(tot, 0) + vgetq_lane_s32(tot, 1);
-                    I[2 * o + 1] = vgetq_lane_s32(tot, 2) + vgetq_lane_s32(tot, 3);
-                }
-                for (int t = 0; t < 8; t++) {
-                    if (F == TF_K6) {
-                        int32_t off = 0;
-                        for (int i = 0; i < 16; i++) off += kcode(F, meta, t, i % 8, i / 8) * bs[i];
-                        I[t] -= 32 * off;
-                    }
-                    acc[t] = fmaf((float)I[t], xs * kscale(meta, t), acc[t]);
-                    if (F != TF_K6) acc[t] = fmaf((float)kmin_sum(meta, t, bs), xs * kmin_scale(meta, t), acc[t]);
+                    tot[r] = vmlaq_s32(tot[r], sum, c);
                 }
             }
-            tf_store_span(y + r * ldy, 8 * g, 8, n0, n1, acc);
+            for (int r = 0; r < RT; r++) {
+                I[r][2 * o] = vgetq_lane_s32(tot[r], 0) + vgetq_lane_s32(tot[r], 1);
+                I[r][2 * o + 1] = vgetq_lane_s32(tot[r], 2) + vgetq_lane_s32(tot[r], 3);
+            }
         }
+        for (int r = 0; r < RT; r++) {
+            int64_t row = r0 + r;
+            const int16_t *bs = a->bs + (row * nsb + j) * 16;
+            float xs = a->sk[row * nsb + j];
+            for (int t = 0; t < 8; t++) {
+                if (F == TF_K6) {
+                    int32_t off = 0;
+                    for (int i = 0; i < 16; i++) off += kcode(F, meta, t, i % 8, i / 8) * bs[i];
+                    I[r][t] -= 32 * off;
+                }
+                acc[r][t] = fmaf((float)I[r][t], xs * kscale(meta, t), acc[r][t]);
+                if (F != TF_K6) acc[r][t] = fmaf((float)kmin_sum(meta, t, bs), xs * kmin_scale(meta, t), acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < RT; r++) tf_store_span(y + (int64_t)(r0 + r) * ldy, 8 * g, 8, n0, n1, acc[r]);
+}
+#define TF_KSHAPE_NEON(RT)                                                                           \
+static void ktile_neon_##RT(const tf_weight *w, int64_t g, const tf_acts *a, int r, float *y, int ldy, \
+                            int n0, int n1, int first) {                                            \
+    (void)first;                                                                                    \
+    ktile_neon(w, g, a, r, RT, y, ldy, n0, n1);                                                     \
+}
+TF_KSHAPE_NEON(1) TF_KSHAPE_NEON(2) TF_KSHAPE_NEON(3) TF_KSHAPE_NEON(4)
+
+static void krows_neon(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) {
+    static const tf_tile_fn shapes[5] = {0, ktile_neon_1, ktile_neon_2, ktile_neon_3, ktile_neon_4};
+    tf_tiles(shapes, 8, 4, w, n0, n1, a, y, ldy);
 }
 #endif
 

@@ -56,14 +56,14 @@ TF_AVX2 TF_INLINE void tf_store8(float *yr, int64_t lo, int n0, int n1, __m256 v
 #include <arm_neon.h>
 #define TF_NEON 1
 
-/* Four int32 lanes, lane l the exact sum of the products of int8 elements 4l..4l+3. */
-static inline int32x4_t dot4(int8x16_t w, int8x16_t x) {
+/* p plus four int32 lanes, lane l the exact sum of the products of int8 elements 4l..4l+3. */
+static inline int32x4_t dot4(int32x4_t p, int8x16_t w, int8x16_t x) {
 #ifdef __ARM_FEATURE_DOTPROD
-    return vdotq_s32(vdupq_n_s32(0), w, x);
+    return vdotq_s32(p, w, x);
 #else
     int16x8_t lo = vmull_s8(vget_low_s8(w), vget_low_s8(x));
     int16x8_t hi = vmull_s8(vget_high_s8(w), vget_high_s8(x));
-    return vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi));
+    return vaddq_s32(p, vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi)));
 #endif
 }
 #endif
