@@ -409,27 +409,37 @@ ATTR static void NAME(const tf_attn *t, int row, int kvh, float *scratch) {     
 TF_ATTEND(attend_soft, , 8, QK_SOFT, 1, PV_SOFT, 1, 0, 0)
 #ifdef TF_X86
 /* AVX2: the same chains in named registers (the generic forms above spill them here).
- * Scores of the eight keys of the chunk at k (dimension i at k + i*B) for GN query heads:
- * chain l of a head takes dimensions l, l + 8, ... in order, each widened key vector
- * shared by the heads, and the chains go into tree8 as they finish. */
+ * Scores of the sixteen keys of the chunk at k (dimension i at k + i*B), as two vectors
+ * that share each broadcast query element, for GN query heads: chain l of a head takes
+ * dimensions l, l + 8, ... in order.  Chains l and l + 1 run together (twelve independent
+ * chains hide the fma latency) and their pair sum goes through the score row:
+ * ((0+1)+(2+3))+((4+5)+(6+7)), the tree8 order. */
 TF_AVX2 TF_INLINE void qk_avx2(int GN, int d, const float *q, const uint16_t *k, int B, float *s, int Lp) {
-    __m256 c0[3], t01[3], t03[3], t45[3];
-    _Pragma("GCC unroll 8") for (int l = 0; l < 8; l++) {
-        __m256 c[3];
-        _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) c[g] = _mm256_setzero_ps();
-        _Pragma("GCC unroll 16") for (int i = 0; i < d; i += 8) {
-            __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + (int64_t)(i + l) * B)));
-            _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++)
-                c[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + g * d + i + l), kv, c[g]);
-        }
-        _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) {      /* ((0+1)+(2+3))+((4+5)+(6+7)) */
-            if (l % 2 == 0) { c0[g] = c[g]; continue; }
-            __m256 pair = _mm256_add_ps(c0[g], c[g]);
-            if (l == 1) t01[g] = pair;
-            else if (l == 3) t03[g] = _mm256_add_ps(t01[g], pair);
-            else if (l == 5) t45[g] = pair;
-            else _mm256_storeu_ps(s + (int64_t)g * Lp, _mm256_add_ps(t03[g], _mm256_add_ps(t45[g], pair)));
-        }
+    __m256 p45[3][2];
+    _Pragma("GCC unroll 4") for (int l = 0; l < 8; l += 2) {
+        __m256 c[3][2][2];
+        _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++)
+            c[g][0][0] = c[g][0][1] = c[g][1][0] = c[g][1][1] = _mm256_setzero_ps();
+        _Pragma("GCC unroll 16") for (int i = 0; i < d; i += 8)
+            _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                const uint16_t *kp = k + (int64_t)(i + l + h) * B;
+                __m256 k0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)kp));
+                __m256 k1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp + 8)));
+                _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) {
+                    __m256 x = _mm256_broadcast_ss(q + g * d + i + l + h);
+                    c[g][h][0] = _mm256_fmadd_ps(x, k0, c[g][h][0]);
+                    c[g][h][1] = _mm256_fmadd_ps(x, k1, c[g][h][1]);
+                }
+            }
+        _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++)
+            _Pragma("GCC unroll 2") for (int u = 0; u < 2; u++) {
+                float *sp = s + (int64_t)g * Lp + 8 * u;
+                __m256 pair = _mm256_add_ps(c[g][0][u], c[g][1][u]);
+                if (l == 0) _mm256_storeu_ps(sp, pair);
+                else if (l == 2) _mm256_storeu_ps(sp, _mm256_add_ps(_mm256_loadu_ps(sp), pair));
+                else if (l == 4) p45[g][u] = pair;
+                else _mm256_storeu_ps(sp, _mm256_add_ps(_mm256_loadu_ps(sp), _mm256_add_ps(p45[g][u], pair)));
+            }
     }
 }
 
@@ -455,9 +465,9 @@ TF_AVX2 TF_INLINE void pv_avx2(int GN, int d, const uint16_t *vb, int nj, const 
 #define QK_AVX2(GN) qk_avx2(GN, d, q + g0 * d, kb + j, B, s + (int64_t)g0 * Lp + j0 + j, Lp)
 #define PV_AVX2(GN) pv_avx2(GN, d, vb, nj, s + (int64_t)g0 * Lp + j0, Lp, o + g0 * d)
 /* the common shapes with their sizes as constants (every address an immediate), and any other */
-TF_ATTEND(attend_avx2_64, TF_AVX2, 8, QK_AVX2, 3, PV_AVX2, 3, 64, 32)
-TF_ATTEND(attend_avx2_128, TF_AVX2, 8, QK_AVX2, 3, PV_AVX2, 3, 128, 32)
-TF_ATTEND(attend_avx2, TF_AVX2, 8, QK_AVX2, 3, PV_AVX2, 3, 0, 0)
+TF_ATTEND(attend_avx2_64, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 64, 32)
+TF_ATTEND(attend_avx2_128, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 128, 32)
+TF_ATTEND(attend_avx2, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 0, 0)
 #define QK_AVX512(GN) QK_KEYS(v16f, h16, fma16, bcast16, store16, GN)
 #define PV_AVX512(GN) PV_ROWS(v16f, 16, h16, fma16, bcast16, load16, store16, GN, 4)
 TF_ATTEND(attend_avx512, TF_AVX512, 16, QK_AVX512, 3, PV_AVX512, 3, 0, 0)
