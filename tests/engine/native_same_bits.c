@@ -107,11 +107,18 @@ static tf_weight k_weight(int fmt, int n, int k) {
 
 /* ---------------------------------------------------------------- attention */
 
+typedef struct { tf_attn t; int by_head; } attend_case;
+
+/* the row's kv heads in one call, or one call a head (each head's bits the same) */
 static void run_attend(void *ctx, float *out) {
-    tf_attn t = *(const tf_attn *)ctx;
+    const attend_case *c = ctx;
+    tf_attn t = c->t;
     float *scratch = zalloc((size_t)tf_attend_scratch(&t, t.pos[0]) * 4);
     t.out = out;
-    for (int g = 0; g < t.kv_heads; g++) tf_attend(&t, 0, g, scratch);
+    if (c->by_head)
+        for (int h = 0; h < t.kv_heads; h++) tf_attend(&t, 0, h, h + 1, scratch);
+    else
+        tf_attend(&t, 0, 0, t.kv_heads, scratch);
     free(scratch);
 }
 
@@ -128,10 +135,12 @@ static void check_attend(int d, int B) {
     }
     float *q = zalloc(H * d * 4);
     for (int i = 0; i < H * d; i++) q[i] = frnd() * 0.3f;
-    tf_attn t = {q, NULL, 1, H, KVH, d, B, H * d, H * d, &pos, &offset, table, kc, vc, stride};
+    attend_case c = {{q, NULL, 1, H, KVH, d, B, H * d, H * d, &pos, &offset, table, kc, vc, stride}, 0};
     char label[64];
-    snprintf(label, sizeof label, "attend-d%d-block%d", d, B);
-    compare(label, run_attend, &t, (size_t)H * d);
+    for (c.by_head = 0; c.by_head < 2; c.by_head++) {
+        snprintf(label, sizeof label, "attend-d%d-block%d%s", d, B, c.by_head ? "-by-head" : "");
+        compare(label, run_attend, &c, (size_t)H * d);
+    }
 }
 
 /* ---------------------------------------------------------------- row ops */

@@ -268,7 +268,12 @@ static void attn_job(void *p, int ith, int nth) {
     for (int64_t i = a; i < b; i++) maxpos = MAX(maxpos, t->pos[i / t->kv_heads]);
     float *scratch = malloc(sizeof(float) * (size_t)tf_attend_scratch(t, maxpos));
     if (!scratch) abort();
-    for (int64_t i = a; i < b; i++) tf_attend(t, (int)(i / t->kv_heads), (int)(i % t->kv_heads), scratch);
+    for (int64_t i = a; i < b;) {                      /* a row's heads of the share in one call */
+        int row = (int)(i / t->kv_heads), h0 = (int)(i % t->kv_heads);
+        int h1 = b - i < t->kv_heads - h0 ? h0 + (int)(b - i) : t->kv_heads;
+        tf_attend(t, row, h0, h1, scratch);
+        i += h1 - h0;
+    }
     free(scratch);
 }
 

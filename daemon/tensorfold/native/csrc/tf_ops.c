@@ -364,44 +364,55 @@ void tf_softmax_rows(float *s, int G, int L, int stride, float *den) {
         if (gn_ == 3) STEP(3); else if (gn_ == 2) STEP(2); else STEP(1);                          \
     } while (0)
 
-/* One query row and one kv head: the G query heads that share it, over keys 0..pos of
- * the row's sequence: scores W keys at a time (QK(gn), QG heads per widened key),
- * tf_softmax_rows, the weighted values (PV(gn), PG heads per
- * widened value), o / den.  W divides the block size (16 does).  DC, BC: the head_dim and
- * block size as constants, or 0 for the model's. */
+/* One query row and kv heads h0..h1-1, each with the G query heads that share it,
+ * over keys 0..pos of the row's sequence, block by block (a block keeps its kv heads
+ * side by side, so the heads' reads run on in memory): scores W keys at a time (QK(gn),
+ * QG heads per widened key), tf_softmax_rows, the weighted values (PV(gn), PG heads per
+ * widened value), o / den.  Every query head's arithmetic is the same whichever heads
+ * share the call.  W divides the block size (16 does).  DC, BC: the head_dim and block
+ * size as constants, or 0 for the model's. */
 #define TF_ATTEND(NAME, ATTR, W, QK, QG, PV, PG, DC, BC)                                          \
-ATTR static void NAME(const tf_attn *t, int row, int kvh, float *scratch) {                       \
+ATTR static void NAME(const tf_attn *t, int row, int h0, int h1, float *scratch) {                \
     int d = DC ? DC : t->head_dim, G = t->heads / t->kv_heads, B = BC ? BC : t->block_size;     \
-    int L = t->pos[row] + 1;                                                                      \
+    int L = t->pos[row] + 1, NH = (h1 - h0) * G;                                                  \
     int Lp = (L + B - 1) / B * B;                                                                 \
     const int32_t *table = t->tables + t->tab_off[row];                                           \
-    float *s = scratch, *o = s + (int64_t)G * Lp;                  /* [G, Lp], [G, d] */         \
-    const float *q = t->q + (int64_t)row * t->q_stride + kvh * G * d;                             \
-    int64_t head = (int64_t)kvh * B * d;                                                          \
+    float *s0 = scratch, *o0 = s0 + (int64_t)NH * Lp, *den = o0 + (int64_t)NH * d; /* [NH, Lp], [NH, d], [NH] */ \
     for (int j0 = 0; j0 < L; j0 += B) {                                                           \
         int nj = L - j0 < B ? L - j0 : B;                                                         \
-        const uint16_t *kb = t->k + (int64_t)table[j0 / B] * t->block_stride + head;              \
-        const uint16_t *pk = j0 + AHEAD * B < L                                                   \
-            ? t->k + (int64_t)table[j0 / B + AHEAD] * t->block_stride + head : 0;                 \
-        for (int j = 0; j < nj; j += W) {                                                         \
-            if (pk) prefetch(pk + j * d, W * d);                                                  \
-            for (int g0 = 0; g0 < G; g0 += QG) BY_HEADS(QG, QK);                                  \
+        for (int kvh = h0; kvh < h1; kvh++) {                                                     \
+            const float *q = t->q + (int64_t)row * t->q_stride + kvh * G * d;                     \
+            float *s = s0 + (int64_t)(kvh - h0) * G * Lp;                                         \
+            int64_t head = (int64_t)kvh * B * d;                                                  \
+            const uint16_t *kb = t->k + (int64_t)table[j0 / B] * t->block_stride + head;          \
+            const uint16_t *pk = j0 + AHEAD * B < L                                               \
+                ? t->k + (int64_t)table[j0 / B + AHEAD] * t->block_stride + head : 0;             \
+            for (int j = 0; j < nj; j += W) {                                                     \
+                if (pk) prefetch(pk + j * d, W * d);                                              \
+                for (int g0 = 0; g0 < G; g0 += QG) BY_HEADS(QG, QK);                              \
+            }                                                                                     \
         }                                                                                         \
     }                                                                                             \
     for (int b = 0; b < AHEAD && b * B < L; b++)                  /* the first values, meanwhile */ \
-        prefetch(t->v + (int64_t)table[b] * t->block_stride + head, B * d);                       \
-    float den[64];                                                                                \
-    tf_softmax_rows(s, G, L, Lp, den);                                                            \
-    memset(o, 0, sizeof(float) * G * d);                                                          \
+        for (int kvh = h0; kvh < h1; kvh++)                                                       \
+            prefetch(t->v + (int64_t)table[b] * t->block_stride + (int64_t)kvh * B * d, B * d);   \
+    tf_softmax_rows(s0, NH, L, Lp, den);                                                          \
+    memset(o0, 0, sizeof(float) * NH * d);                                                        \
     for (int j0 = 0; j0 < L; j0 += B) {                                                           \
         int nj = L - j0 < B ? L - j0 : B;                                                         \
-        const uint16_t *vb = t->v + (int64_t)table[j0 / B] * t->block_stride + head;              \
-        if (j0 + AHEAD * B < L) prefetch(t->v + (int64_t)table[j0 / B + AHEAD] * t->block_stride + head, B * d); \
-        for (int g0 = 0; g0 < G; g0 += PG) BY_HEADS(PG, PV);                                      \
+        for (int kvh = h0; kvh < h1; kvh++) {                                                     \
+            const float *s = s0 + (int64_t)(kvh - h0) * G * Lp;                                   \
+            float *o = o0 + (int64_t)(kvh - h0) * G * d;                                          \
+            int64_t head = (int64_t)kvh * B * d;                                                  \
+            const uint16_t *vb = t->v + (int64_t)table[j0 / B] * t->block_stride + head;          \
+            if (j0 + AHEAD * B < L)                                                               \
+                prefetch(t->v + (int64_t)table[j0 / B + AHEAD] * t->block_stride + head, B * d);  \
+            for (int g0 = 0; g0 < G; g0 += PG) BY_HEADS(PG, PV);                                  \
+        }                                                                                         \
     }                                                                                             \
-    float *dst = t->out + (int64_t)row * t->out_stride + kvh * G * d;                             \
-    for (int g = 0; g < G; g++)                                                                   \
-        for (int i = 0; i < d; i++) dst[g * d + i] = o[g * d + i] / den[g] + 0.0f;                \
+    float *dst = t->out + (int64_t)row * t->out_stride + h0 * G * d;                              \
+    for (int g = 0; g < NH; g++)                                                                  \
+        for (int i = 0; i < d; i++) dst[g * d + i] = o0[g * d + i] / den[g] + 0.0f;               \
 }
 
 #define QK_SOFT(GN) QK_KEYS(v8f, h8_soft, fma8_soft, bcast8, store8, GN)
@@ -527,20 +538,20 @@ TF_ATTEND(attend_neon, , 8, QK_NEON, 3, PV_NEON, 3, 0, 0)
 #endif
 
 int64_t tf_attend_scratch(const tf_attn *t, int pos) {
-    int G = t->heads / t->kv_heads, B = t->block_size;
-    return (int64_t)G * ((pos + B) / B * B + t->head_dim);
+    int B = t->block_size;
+    return (int64_t)t->heads * ((pos + B) / B * B + t->head_dim + 1);
 }
 
-void tf_attend(const tf_attn *t, int row, int kvh, float *scratch) {
+void tf_attend(const tf_attn *t, int row, int h0, int h1, float *scratch) {
     int d = t->head_dim, isa = fp16_fast() ? tf_isa() : 0;
 #ifdef TF_X86
-    if (isa == 2 && d % 64 == 0) { attend_avx512(t, row, kvh, scratch); return; }
-    if (isa >= 1 && d == 64 && t->block_size == 32) { attend_avx2_64(t, row, kvh, scratch); return; }
-    if (isa >= 1 && d == 128 && t->block_size == 32) { attend_avx2_128(t, row, kvh, scratch); return; }
-    if (isa >= 1 && d % 32 == 0) { attend_avx2(t, row, kvh, scratch); return; }
+    if (isa == 2 && d % 64 == 0) { attend_avx512(t, row, h0, h1, scratch); return; }
+    if (isa >= 1 && d == 64 && t->block_size == 32) { attend_avx2_64(t, row, h0, h1, scratch); return; }
+    if (isa >= 1 && d == 128 && t->block_size == 32) { attend_avx2_128(t, row, h0, h1, scratch); return; }
+    if (isa >= 1 && d % 32 == 0) { attend_avx2(t, row, h0, h1, scratch); return; }
 #endif
 #ifdef TF_NEON
-    if (isa == 3 && d % 32 == 0) { attend_neon(t, row, kvh, scratch); return; }
+    if (isa == 3 && d % 32 == 0) { attend_neon(t, row, h0, h1, scratch); return; }
 #endif
-    attend_soft(t, row, kvh, scratch);
+    attend_soft(t, row, h0, h1, scratch);
 }

@@ -28,7 +28,8 @@ void tf_f2h_row(const float *f, uint16_t *h, int n);
 void tf_set_soft_fp16(int soft);      /* 1: fp16 conversions in plain C (tests) */
 /* floats of scratch tf_attend needs for rows at positions up to pos */
 int64_t tf_attend_scratch(const tf_attn *t, int pos);
-void tf_attend(const tf_attn *t, int row, int kvh, float *scratch);
+/* query row `row` over kv heads h0..h1-1 (the bits of each head do not depend on the range) */
+void tf_attend(const tf_attn *t, int row, int h0, int h1, float *scratch);
 
 /* The keyed sampler's integer masses of one row of logits (tf_sample.c; engine/sampler.py,
  * token_masses): mass[i] that of logits[i], z_max >= every logit / temperature. */
