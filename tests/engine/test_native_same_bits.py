@@ -1,11 +1,14 @@
 """The kernels' SIMD paths give their scalar reference's bits on this CPU and, built for
 ARM and run under qemu-aarch64, on NEON too; the references agree across the two
-(native_same_bits.c).  The ARM half needs a cross compiler and qemu
-(scripts/test-system-packages installs them on Debian); without them it skips."""
+(native_same_bits.c).  Here the harness links the package's built library (the one the
+daemon loads: rebuild it after changing the kernels); for ARM it builds the sources.
+The ARM half needs a cross compiler and qemu (scripts/test-system-packages installs
+them on Debian); without them it skips."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import platform
 import shutil
 import subprocess
@@ -31,9 +34,10 @@ def build_flags() -> list[str]:
     raise AssertionError("setup.py has no flags list")
 
 
-def build(cc: str, out: Path, extra: list[str]) -> None:
-    cmd = [cc, *build_flags(), *extra, f"-I{CSRC}", str(HARNESS), *(str(CSRC / s) for s in SOURCES),
-           "-lm", "-lpthread", "-o", str(out)]
+def build(cc: str, out: Path, extra: list[str], kernels: list[str] | None = None) -> None:
+    """The harness with the kernels: `kernels` (a built library) or the sources."""
+    kernels = kernels or [str(CSRC / s) for s in SOURCES]
+    cmd = [cc, *build_flags(), *extra, f"-I{CSRC}", str(HARNESS), *kernels, "-lm", "-lpthread", "-o", str(out)]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
 
 
@@ -55,8 +59,11 @@ def native(tmp_path_factory) -> dict[str, tuple[str, str]]:
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if cc is None:
         pytest.skip("no C compiler")
+    spec = importlib.util.find_spec("tensorfold.native._tfkernels")
+    assert spec and spec.origin, "the kernels are not built (scripts/setup builds them)"
+    lib = Path(spec.origin)
     exe = tmp_path_factory.mktemp("native") / "same_bits"
-    build(cc, exe, [])
+    build(cc, exe, [], [str(lib), f"-Wl,-rpath,{lib.parent}"])
     return run([str(exe)])
 
 
