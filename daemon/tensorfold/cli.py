@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
-from .config import AUTO_LANES, EngineConfig, Limits, SamplingDefaults, ServerConfig
+from .config import AUTO_LANES, KV_CACHES, EngineConfig, Limits, SamplingDefaults, ServerConfig
 
 log = logging.getLogger("tensorfold")
 
@@ -28,6 +28,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", default="auto", choices=["auto", "q8_0", "q4_0", "bf16"],
                    help="CPU weight format: a GGUF runs as stored; a safetensors checkpoint is quantized "
                         "at load (auto: q8_0)")
+    p.add_argument("--kv-cache", default="fp16", choices=list(KV_CACHES),
+                   help="CPU KV cache: fp16, or int8 (half the memory and reads; each position's key and value "
+                        "of a kv head as int8 codes with one scale)")
     p.add_argument("--context", type=int, default=None, help="served context window (default: the model's)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: the machine's cores); replies are the same at any count")
     p.add_argument("--ranks", type=int, default=1,
@@ -62,7 +65,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         raise SystemExit("tensorfold: --parallel must be auto or N >= 1, --decode-share within 0..1, "
                          "chunks >= 1")
     return EngineConfig(model=args.model, engine=args.engine, dtype=args.dtype, device=args.device, weights=args.weights,
-                        context=args.context,
+                        kv_cache=args.kv_cache, context=args.context,
                         threads=args.threads, ranks=args.ranks, parallel=parallel, prefill_chunk=args.prefill_chunk,
                         background_chunk=args.background_chunk, decode_share=args.decode_share,
                         kv_memory=args.kv_memory, draft_model=args.draft_model,
@@ -212,7 +215,7 @@ def _follow(args: argparse.Namespace, rank: int, world: int, host: str, port: in
     if world != args.ranks:
         raise SystemExit(f"tensorfold: torchrun started {world} ranks; --ranks says {args.ranks}")
     return run_follower(str(resolve_model(args.model)), rank, world, host, port, args.weights, args.threads,
-                        store=torchrun_store(rank, world, host, port))
+                        store=torchrun_store(rank, world, host, port), kv_cache=args.kv_cache)
 
 
 def _pull(args: argparse.Namespace) -> int:

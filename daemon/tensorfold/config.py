@@ -22,6 +22,7 @@ class EngineConfig:
     dtype: str = "auto"                 # auto | bfloat16 | float32
     device: str = "auto"                # auto | cpu | cuda
     weights: str = "auto"               # CPU: auto (a GGUF as stored, else q8_0) | q8_0 | q4_0 | bf16
+    kv_cache: str = "fp16"              # CPU: the KV cache's keys and values, fp16 | int8
     context: int | None = None          # served window; None: the checkpoint's limit, within memory
     threads: int | None = None          # CPU threads; None: the machine's cores
     ranks: int = 1                      # processes the model is split across (CPU, gloo)
@@ -38,6 +39,7 @@ class EngineConfig:
 
 
 AUTO_LANES = 8
+KV_CACHES = ("fp16", "int8")            # --kv-cache
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,8 @@ from typing import Any
 
 import httpx
 
+from .config import KV_CACHES
+
 TOPICS = [
     "What is the capital of France?", "Write a haiku about autumn.", "Explain how a lighthouse works.",
     "List five uses of copper.", "Tell me a story about a fox who learns to sail.",
@@ -290,6 +292,7 @@ def in_process_servers(args: argparse.Namespace) -> Iterator[dict[str, str]]:
 
     folder = resolve_model(args.model)
     common = {"engine": args.engine, "dtype": args.dtype, "device": args.device, "kv_memory": args.kv_memory,
+              "kv_cache": args.kv_cache,
               "chat_template": THINKING_TEMPLATE, "vision": args.images}
     configs = {"main": EngineConfig(parallel=8, threads=max(2, args.threads or 2), **common),
                "threads1": EngineConfig(parallel=8, threads=1, **common),
@@ -361,6 +364,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-model", default=None,
                    help="in-process: the draft model of the model-drafting server (default: the model itself)")
     p.add_argument("--kv-memory", type=float, default=1.0, help="in-process: GiB of KV cache per server")
+    p.add_argument("--kv-cache", default="fp16", choices=list(KV_CACHES), help="in-process: the CPU engine's KV cache")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--cases", type=int, default=100)
     p.add_argument("--max-tokens", type=int, default=256)

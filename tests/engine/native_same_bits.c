@@ -122,23 +122,35 @@ static void run_attend(void *ctx, float *out) {
     free(scratch);
 }
 
-static void check_attend(int d, int B) {
+/* fp16 keys and values, or (i8) int8 codes with a scale a position and kv head */
+static void check_attend(int d, int B, int i8) {
     enum { KVH = 3, H = 9, BLOCKS = 12 };
     static const int32_t table[BLOCKS] = {5, 2, 7, 0, 11, 3, 9, 1, 4, 10, 6, 8};
     static const int32_t offset = 0;
     int32_t pos = 300 < BLOCKS * B ? 300 : BLOCKS * B - 1;
-    int64_t stride = (int64_t)KVH * d * B;
+    int64_t stride = (int64_t)KVH * d * B, bytes = stride * (i8 ? 1 : 2);
     uint16_t *kc = zalloc(BLOCKS * stride * 2), *vc = zalloc(BLOCKS * stride * 2);
+    float *ks = zalloc(BLOCKS * KVH * B * 4), *vs = zalloc(BLOCKS * KVH * B * 4);
     for (int64_t i = 0; i < BLOCKS * stride; i++) {
-        kc[i] = tf_f2h(frnd());
-        vc[i] = tf_f2h(frnd());
+        if (i8) {
+            ((int8_t *)kc)[i] = (int8_t)(rnd() % 255 - 127);
+            ((int8_t *)vc)[i] = (int8_t)(rnd() % 255 - 127);
+        } else {
+            kc[i] = tf_f2h(frnd());
+            vc[i] = tf_f2h(frnd());
+        }
+    }
+    for (int i = 0; i < BLOCKS * KVH * B; i++) {
+        ks[i] = (frnd() + 1.5f) / 127.0f;
+        vs[i] = (frnd() + 1.5f) / 127.0f;
     }
     float *q = zalloc(H * d * 4);
     for (int i = 0; i < H * d; i++) q[i] = frnd() * 0.3f;
-    attend_case c = {{q, NULL, 1, H, KVH, d, B, H * d, H * d, &pos, &offset, table, kc, vc, stride}, 0};
+    attend_case c = {{q, NULL, 1, H, KVH, d, B, H * d, H * d, &pos, &offset, table, kc, vc, bytes,
+                      i8 ? ks : NULL, i8 ? vs : NULL, KVH * B}, 0};
     char label[64];
     for (c.by_head = 0; c.by_head < 2; c.by_head++) {
-        snprintf(label, sizeof label, "attend-d%d-block%d%s", d, B, c.by_head ? "-by-head" : "");
+        snprintf(label, sizeof label, "attend%s-d%d-block%d%s", i8 ? "-int8" : "", d, B, c.by_head ? "-by-head" : "");
         compare(label, run_attend, &c, (size_t)H * d);
     }
 }
@@ -168,8 +180,9 @@ int main(void) {
     check_linear("k4", k_weight(TF_K4, n, k));
     check_linear("k5", k_weight(TF_K5, n, k));
     check_linear("k6", k_weight(TF_K6, n, k));
-    for (int d = 64; d <= 128; d += 64)
-        for (int B = 16; B <= 32; B += 16) check_attend(d, B);
+    for (int i8 = 0; i8 < 2; i8++)
+        for (int d = 64; d <= 128; d += 64)
+            for (int B = 16; B <= 32; B += 16) check_attend(d, B, i8);
     for (int i = 0; i < N; i++) {
         xa[i] = frnd() * 12.0f;
         xb[i] = frnd();

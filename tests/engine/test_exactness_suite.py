@@ -8,12 +8,13 @@ from tensorfold.backends.mlx.runner import mlx_missing
 from tensorfold.cli import main
 
 ENGINES = {"torch": ["--dtype", "float32", "--device", "cpu"], "mlx": ["--engine", "mlx"],
-           "hybrid": ["--dtype", "float32", "--device", "cpu"], "mlx-hybrid": ["--engine", "mlx"]}
+           "hybrid": ["--dtype", "float32", "--device", "cpu"], "mlx-hybrid": ["--engine", "mlx"],
+           "torch-kv-int8": ["--dtype", "float32", "--device", "cpu", "--kv-cache", "int8"]}
 
 
-@pytest.mark.parametrize("engine", ["torch", "mlx", "hybrid", "mlx-hybrid"])
+@pytest.mark.parametrize("engine", ["torch", "torch-kv-int8", "mlx", "hybrid", "mlx-hybrid"])
 def test_exactness_fast_subset(request, tiny_model, capsys, engine):
-    """torch: the CPU engine on the tiny Llama; mlx: the MLX engine on it; hybrid: the CPU
+    """torch: the CPU engine on the tiny Llama (torch-kv-int8: with --kv-cache int8); mlx: the MLX engine on it; hybrid: the CPU
     engine on the tiny Qwen3.5 hybrid with a vision tower, every third case with a picture
     (drafted by a tiny Llama sharing its tokenizer); mlx-hybrid: the MLX
     engine on the text-only tiny hybrid, drafting for itself."""
@@ -34,7 +35,7 @@ def test_exactness_fast_subset(request, tiny_model, capsys, engine):
     assert ("7 with an image" in out) == (engine == "hybrid")
     comparisons = ["concurrent (8", "reused prefix", "prefill chunk", "1 thread vs 2", "preempted", "streamed",
                    "ngram drafted vs", "ngram drafted x8", "model drafted vs", "model drafted x8"]
-    for comparison in comparisons + (["2 ranks"] if engine in ("torch", "hybrid") else []):
+    for comparison in comparisons + (["2 ranks"] if engine in ("torch", "torch-kv-int8", "hybrid") else []):
         line = next(l for l in out.splitlines() if comparison in l)
         done, total = (int(x) for x in line.split()[-3::2])
         assert total > 0 and done == total, line

@@ -206,6 +206,10 @@ def test_refusals(checkpoints, tmp_path, default_model):
         make_runner(checkpoints["qwen3"], EngineConfig(ranks=0))
     with pytest.raises(UnsupportedModel, match="MLX serves on one rank"):
         make_runner(checkpoints["qwen3"], EngineConfig(ranks=2, engine="mlx"))
+    with pytest.raises(UnsupportedModel, match="--kv-cache int8 applies to the CPU engine"):
+        make_runner(checkpoints["qwen3"], EngineConfig(device="cuda", kv_cache="int8"))
+    with pytest.raises(UnsupportedModel, match="--kv-cache and --device apply to the torch engine"):
+        make_runner(checkpoints["qwen3"], EngineConfig(engine="mlx", kv_cache="int8"))
 
 
 # -- faults, through the HTTP server -------------------------------------------------------------------

@@ -44,8 +44,8 @@ def make_runner(folder: Path, config: EngineConfig) -> Any:
         if config.ranks > 1:
             raise UnsupportedModel("--ranks applies to the torch engine; MLX serves on one rank")
         if torch_settings(config):
-            raise UnsupportedModel("--dtype, --weights and --device apply to the torch engine; MLX runs on "
-                                   "its default device in the checkpoint's format (float32 on a CPU)")
+            raise UnsupportedModel("--dtype, --weights, --kv-cache and --device apply to the torch engine; MLX "
+                                   "runs on its default device in the checkpoint's format (float32 on a CPU)")
         from ..backends.mlx.runner import MLXRunner, mlx_missing
 
         if (why := mlx_missing()) is not None:
@@ -61,17 +61,20 @@ def make_runner(folder: Path, config: EngineConfig) -> Any:
             return start_leader(folder, config)
         from ..native.runner import NativeRunner
 
-        return NativeRunner(folder, weights=config.weights, threads=config.threads)
+        return NativeRunner(folder, weights=config.weights, threads=config.threads, kv_cache=config.kv_cache)
     if config.ranks > 1:
         raise UnsupportedModel("--ranks applies to the CPU engine (gloo); CUDA serves on one rank in this version")
     if config.weights != "auto":
         raise UnsupportedModel("--weights applies to the CPU engine; CUDA runs --dtype")
+    if config.kv_cache != "fp16":
+        raise UnsupportedModel(f"--kv-cache {config.kv_cache} applies to the CPU engine; CUDA keeps its KV cache "
+                               "in --dtype")
     return TorchRunner(folder, dtype=config.dtype, device=config.device)
 
 
 def torch_settings(config: EngineConfig) -> bool:
-    """Whether a setting only the torch engine takes (--dtype, --weights, --device) was given."""
-    return (config.dtype, config.weights, config.device) != ("auto", "auto", "auto")
+    """Whether a setting only the torch engine takes (--dtype, --weights, --kv-cache, --device) was given."""
+    return (config.dtype, config.weights, config.kv_cache, config.device) != ("auto", "auto", "fp16", "auto")
 
 
 def pick_engine(config: EngineConfig) -> str:

@@ -55,7 +55,7 @@ class Model(C.Structure):
         ("eps", C.c_float), ("layer", C.POINTER(Layer)), ("embed", Weight), ("head", Weight),
         ("norm", C.c_void_p), ("cos", C.c_void_p), ("sin", C.c_void_p), ("rot_dim", C.c_int32),
         ("mrope", C.c_int32 * 3), ("dn", DeltaNet), ("kv", C.c_void_p),
-        ("block_stride", C.c_int64), ("kv_stride", C.c_int64),
+        ("block_stride", C.c_int64), ("kv_stride", C.c_int64), ("kv_scale", C.c_void_p), ("scale_region", C.c_int64),
         ("ranks", C.c_int32), ("rank", C.c_int32), ("kv_split", C.c_int32 * (MAX_RANKS + 1)),
         ("hidden_split", C.c_int32 * (MAX_RANKS + 1)), ("ffn_split", C.c_int32 * (MAX_RANKS + 1)),
         ("gather", GATHER)]

@@ -24,6 +24,7 @@ from ..backends.torch.models.llama import ModelArgs, inverse_frequencies
 from ..checkpoints.errors import CheckpointError
 from ..checkpoints.files import gguf_file, iter_safetensors
 from ..checkpoints.qwen35 import ATTENTION, DELTANET, HybridArgs, hf_weights, split_q_gate
+from ..config import KV_CACHES
 from . import lib, quant
 from .shard import Shard, take_bias, take_rows, take_runs
 
@@ -80,10 +81,15 @@ class NativeModel:
     """Weights, the C structures that point at them, and the KV map."""
 
     def __init__(self, folder: Path, args: ModelArgs, weights: str = quant.DEFAULT_FLOAT_KIND,
-                 shard: Shard | None = None, hybrid: HybridArgs | None = None) -> None:
+                 shard: Shard | None = None, hybrid: HybridArgs | None = None, kv_cache: str = "fp16") -> None:
         self.lib = lib.load()
         if weights not in quant.FLOAT_KINDS:
             raise CheckpointError(f"--weights {weights!r}: use one of {', '.join(quant.FLOAT_KINDS)}")
+        if kv_cache not in KV_CACHES:
+            raise CheckpointError(f"--kv-cache {kv_cache!r}: use one of {', '.join(KV_CACHES)}")
+        if kv_cache == "int8" and args.head_dim > 512:
+            raise CheckpointError(f"--kv-cache int8: head_dim {args.head_dim}; the CPU engine takes up to 512")
+        self.kv_cache = kv_cache
         source = gguf_file(folder)
         self.source = "gguf" if source else weights
         w = _load_gguf(source, args, hybrid) if source else _load_safetensors(folder, weights, args, hybrid)
@@ -158,6 +164,7 @@ class NativeModel:
             raise CheckpointError(f"embedding rows {m.embed.n} / head rows {m.head.n} differ from the vocabulary "
                                   f"size {a.vocab_size}")
         self._kv: mmap.mmap | None = None
+        self._scales: mmap.mmap | None = None
 
     def _f32(self, array: np.ndarray) -> int:
         array = np.array(array, dtype=np.float32, order="C")      # a copy: no view keeps a GGUF's map
@@ -178,49 +185,65 @@ class NativeModel:
         return self.kinds.count(ATTENTION)
 
     def kv_bytes_per_token(self, every_rank: bool = False) -> int:
-        """fp16 keys and values of one position in every attention layer: this rank's kv
-        heads, or with `every_rank` the whole model's."""
+        """Keys and values of one position in every attention layer (fp16, or int8 codes and
+        an fp32 scale a kv head): this rank's kv heads, or with `every_rank` the whole model's."""
         a = self.args
-        return 2 * self.attention_layers * (a.kv_heads if every_rank else self.struct.kv_heads) * a.head_dim * 2
+        head = a.head_dim + 4 if self.kv_cache == "int8" else a.head_dim * 2
+        return 2 * self.attention_layers * (a.kv_heads if every_rank else self.struct.kv_heads) * head
 
     def allocate_kv(self, num_blocks: int, block_size: int) -> None:
         """A KV map of `num_blocks` blocks, laid out layer by layer (tf_kernels.h): each
-        layer's keys of all blocks, then its values, a block's part of each padded to
-        whole pages, so a block's memory can go back to the system by itself."""
+        layer's keys of all blocks, then its values; fp16 blocks padded to whole pages, so a
+        block's memory can go back to the system by itself.  int8: the codes' blocks
+        unpadded, their scales in a map of their own."""
         if block_size % 16:
             raise ValueError(f"block_size {block_size}: the CPU engine takes a multiple of 16")
-        a = self.args
-        page = mmap.PAGESIZE // 2                                     # fp16 elements per page
-        block = -(-self.struct.kv_heads * block_size * a.head_dim // page) * page
-        if self._kv is not None:
-            self.struct.kv = None
-            self._kv_view = None
-            self._kv.close()
+        a, m, int8 = self.args, self.struct, self.kv_cache == "int8"
+        block = m.kv_heads * block_size * a.head_dim * (1 if int8 else 2)
+        if not int8:
+            block = -(-block // mmap.PAGESIZE) * mmap.PAGESIZE
+        halves = 2 * self.attention_layers
+        m.kv = m.kv_scale = None
+        self._kv_view = self._scale_view = None
+        for old in (self._kv, self._scales):
+            if old is not None:
+                old.close()
         # private anonymous memory: the system backs a page when a sequence first writes it
-        self._kv = mmap.mmap(-1, max(1, 2 * self.attention_layers * num_blocks * block * 2),
-                             flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        self._kv_view = (C.c_char * len(self._kv)).from_buffer(self._kv)
-        self.struct.kv = C.addressof(self._kv_view)
-        self.struct.block_stride = block
-        self.struct.kv_stride = num_blocks * block
-        self.struct.block_size = block_size
+        self._kv, self._kv_view = _anonymous(halves * num_blocks * block)
+        m.kv = C.addressof(self._kv_view)
+        m.block_stride, m.kv_stride = block, num_blocks * block
+        m.scale_region = num_blocks * m.kv_heads * block_size
+        self._scales = None
+        if int8:
+            self._scales, self._scale_view = _anonymous(halves * m.scale_region * 4)
+            m.kv_scale = C.addressof(self._scale_view)
+        m.block_size = block_size
         self.num_blocks = num_blocks
 
     def trim_kv(self, blocks: list[int]) -> None:
         """Return the pages of `blocks` to the system (MADV_DONTNEED: they read as zeros
-        and are backed again when a sequence writes them)."""
+        and are backed again when a sequence writes them): the whole pages within each run
+        of neighbouring blocks, in every layer's keys and values (and int8 scales)."""
         if self._kv is None or not blocks:
             return
-        size, region = self.struct.block_stride * 2, self.struct.kv_stride * 2
         runs: list[list[int]] = []                     # neighbouring blocks: one call per layer half
         for b in sorted(set(blocks)):
             if runs and runs[-1][1] == b:
                 runs[-1][1] = b + 1
             else:
                 runs.append([b, b + 1])
-        for first, end in runs:
-            for half in range(2 * self.attention_layers):
-                self._kv.madvise(mmap.MADV_DONTNEED, half * region + first * size, (end - first) * size)
+        m = self.struct
+        maps = [(self._kv, m.block_stride, m.kv_stride)]
+        if self._scales is not None:
+            per = m.kv_heads * m.block_size * 4
+            maps.append((self._scales, per, m.scale_region * 4))
+        for area, size, region in maps:
+            for first, end in runs:
+                for half in range(2 * self.attention_layers):
+                    start = -(-(half * region + first * size) // mmap.PAGESIZE) * mmap.PAGESIZE
+                    stop = (half * region + end * size) // mmap.PAGESIZE * mmap.PAGESIZE
+                    if stop > start:
+                        area.madvise(mmap.MADV_DONTNEED, start, stop - start)
 
     # -- deltanet states -------------------------------------------------------------
     def state_bytes(self) -> int:
@@ -285,6 +308,12 @@ class NativeModel:
         """The all-gather a split forward calls (kept alive here)."""
         self._gather = gather
         self.struct.gather = gather
+
+
+def _anonymous(size: int) -> tuple[mmap.mmap, C.Array]:
+    """A private anonymous map of `size` bytes (at least one) and a ctypes view of it."""
+    area = mmap.mmap(-1, max(1, size), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return area, (C.c_char * len(area)).from_buffer(area)
 
 
 class RanksFailed(RuntimeError):

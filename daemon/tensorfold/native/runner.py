@@ -31,7 +31,7 @@ class NativeRunner:
     dtype = torch.float32            # the arithmetic; weights per `weights`, KV in fp16
 
     def __init__(self, folder: Path, weights: str = "auto", threads: int | None = None, rank: int = 0,
-                 ranks: int = 1) -> None:
+                 ranks: int = 1, kv_cache: str = "fp16") -> None:
         config = qwen35.text_config(read_config(folder))
         arch = (config.get("architectures") or ["?"])[0]
         if arch not in ARCHITECTURES:
@@ -47,7 +47,7 @@ class NativeRunner:
                                                     ffn=a.intermediate_size, vocab=a.vocab_size, hybrid=hybrid,
                                                     tiled=gguf_file(folder) is not None)
         self.model = NativeModel(folder, a, quant.DEFAULT_FLOAT_KIND if weights == "auto" else weights, shard,
-                                 hybrid)
+                                 hybrid, kv_cache)
         self.model.struct.threads = self.threads
         self.vocab_size = self.args.vocab_size
         self.max_positions = self.args.max_positions
@@ -57,15 +57,16 @@ class NativeRunner:
                  self.threads)
 
     def describe(self) -> str:
-        return f"native cpu {self.weights} {lib.isa()} x{self.threads}"
+        kv = " kv int8" if self.model.kv_cache == "int8" else ""
+        return f"native cpu {self.weights}{kv} {lib.isa()} x{self.threads}"
 
     def kv_bytes_per_token(self) -> int:
         return self.model.kv_bytes_per_token()
 
     def allocate_kv(self, num_blocks: int, block_size: int) -> None:
         self.model.allocate_kv(num_blocks, block_size)
-        log.info("KV map: %d blocks of %d positions, up to %.1f MiB (fp16, backed as written)", num_blocks,
-                 block_size, num_blocks * block_size * self.kv_bytes_per_token() / 2**20)
+        log.info("KV map: %d blocks of %d positions, up to %.1f MiB (%s, backed as written)", num_blocks,
+                 block_size, num_blocks * block_size * self.kv_bytes_per_token() / 2**20, self.model.kv_cache)
 
     def trim_kv(self, blocks: list[int]) -> None:
         """Give the pages of these unused blocks back to the system."""

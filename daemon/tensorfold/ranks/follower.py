@@ -46,12 +46,13 @@ def follow(runner: NativeRunner, group: RankGroup) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m tensorfold.ranks.follower FOLDER RANK RANKS PORT WEIGHTS THREADS (launch.py spawns it)."""
+    """python -m tensorfold.ranks.follower FOLDER RANK RANKS PORT WEIGHTS THREADS KV_CACHE (launch.py spawns it)."""
     from .launch import run_follower
 
-    folder, rank, ranks, port, weights, threads = argv if argv is not None else sys.argv[1:]
+    folder, rank, ranks, port, weights, threads, kv_cache = argv if argv is not None else sys.argv[1:]
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s rank {rank} %(levelname)s %(name)s: %(message)s")
-    return run_follower(folder, int(rank), int(ranks), "127.0.0.1", int(port), weights, int(threads) or None)
+    return run_follower(folder, int(rank), int(ranks), "127.0.0.1", int(port), weights, int(threads) or None,
+                        kv_cache=kv_cache)
 
 
 if __name__ == "__main__":

@@ -68,7 +68,8 @@ def start_leader(folder: Path, config: EngineConfig) -> Leader:
         store = dist.PrefixStore(PREFIX, master)
         followers = [_spawn(folder, config, rank, master.port) for rank in range(1, ranks)]
     try:
-        runner = NativeRunner(folder, weights=config.weights, threads=config.threads, rank=0, ranks=ranks)
+        runner = NativeRunner(folder, weights=config.weights, threads=config.threads, rank=0, ranks=ranks,
+                              kv_cache=config.kv_cache)
         _wait_ready(store, ranks, followers)
         group = RankGroup(store, 0, ranks, STEP_SECONDS)
     except BaseException:
@@ -80,7 +81,8 @@ def start_leader(folder: Path, config: EngineConfig) -> Leader:
 
 
 def _spawn(folder: Path, config: EngineConfig, rank: int, port: int) -> subprocess.Popen:
-    args = [str(folder), str(rank), str(config.ranks), str(port), config.weights, str(config.threads or 0)]
+    args = [str(folder), str(rank), str(config.ranks), str(port), config.weights, str(config.threads or 0),
+            config.kv_cache]
     return subprocess.Popen([sys.executable, "-m", "tensorfold.ranks.follower", *args])
 
 
@@ -99,11 +101,12 @@ def _wait_ready(store: dist.Store, ranks: int, followers: list[subprocess.Popen]
 
 
 def run_follower(folder: str, rank: int, ranks: int, host: str, port: int, weights: str, threads: int | None,
-                 store: dist.Store | None = None) -> int:
+                 store: dist.Store | None = None, kv_cache: str = "fp16") -> int:
     """A follower's life: load, say ready, follow rank 0 until it stops (0) or is gone (1)."""
     store = store or _store(host, port, ranks, master=False)
     try:
-        runner = NativeRunner(Path(folder), weights=weights, threads=threads, rank=rank, ranks=ranks)
+        runner = NativeRunner(Path(folder), weights=weights, threads=threads, rank=rank, ranks=ranks,
+                              kv_cache=kv_cache)
     except Exception as exc:
         store.set(f"failed/{rank}", str(exc))
         log.error("rank %d could not start: %s", rank, exc)

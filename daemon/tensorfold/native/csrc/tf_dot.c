@@ -111,6 +111,12 @@ TF_AVX2 static void quantize_row_k_avx2(const float *x, int k, int8_t *q, float 
 }
 #endif
 
+float tf_quantize_head(const float *x, int n, int8_t *q) {
+    float id, d = act_scale(x, n, &id);
+    act_quant(x, n, id, q);
+    return d;
+}
+
 void tf_quantize_row(const float *x, int k, int8_t *q, float *s, float *sum, float *xsum) {
 #ifdef TF_X86
     if (tf_isa() >= 1) { quantize_row_avx2(x, k, q, s, sum, xsum); return; }

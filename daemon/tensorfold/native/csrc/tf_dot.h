@@ -41,6 +41,8 @@ static inline void tf_tiles(const tf_tile_fn *shapes, int size, int rmax, const 
 }
 
 void tf_quantize_row(const float *x, int k, int8_t *q, float *s, float *sum, float *xsum);
+/* n values (a kv head's key or value) as int8 codes q, by the activations' rule over all n; returns d */
+float tf_quantize_head(const float *x, int n, int8_t *q);
 void tf_quantize_row_k(const float *x, int k, int8_t *q, float *s, int16_t *bs, uint8_t *qu);
 /* y[r, n] (row stride ldy) = dot of row r with output n, for n in [n0, n1); no bias.
  * Quantized formats read `a`; TF_BF16 reads the fp32 rows `x`. */

@@ -136,13 +136,19 @@ typedef struct {
      * w when j % 3 == 2 and j < 3 * mrope[2], else by t.  A text row's three are equal. */
     int32_t mrope[3];
     tf_deltanet dn;
-    /* fp16 KV, layer by layer: layer l's keys of blocks 0, 1, ... at kv + 2*l*kv_stride
+    /* KV, layer by layer: layer l's keys of blocks 0, 1, ... at kv + 2*l*kv_stride
      * (block b's [kv_heads, head_dim, B] b*block_stride further), then its values at
      * kv + (2*l + 1)*kv_stride (block b's [kv_heads, B, head_dim]).  A sequence's
-     * keys of one layer lie together when its blocks are neighbours. */
-    uint16_t *kv;
-    int64_t block_stride;               /* uint16 elements from a block's keys (or values) to the next's */
-    int64_t kv_stride;                  /* uint16 elements from a layer's keys to its values */
+     * keys of one layer lie together when its blocks are neighbours.  fp16, or int8
+     * when kv_scale is set: a position's key (or value) of one kv head is quantized
+     * as the activations are (d = amax/127, q = rne(x * (1/d))), and d is kept in
+     * kv_scale, layer l's key scales of block b ([kv_heads, B]) at kv_scale +
+     * 2*l*scale_region + b*kv_heads*B, its value scales scale_region further. */
+    uint8_t *kv;
+    int64_t block_stride;               /* bytes from a block's keys (or values) to the next's */
+    int64_t kv_stride;                  /* bytes from a layer's keys to its values */
+    float *kv_scale;                    /* NULL: fp16 */
+    int64_t scale_region;               /* floats from a layer's key scales to its value scales */
     /* ranks > 1: this model is rank `rank`'s shard.  heads, kv_heads, ffn and vocab
      * count its own part (its q, k, v heads, gate/up/down columns, logits); hidden and
      * every weight's k are whole.  The boundaries split each output among the ranks:

@@ -226,15 +226,25 @@ static void row_step(fwd *f, int64_t r) {
             if (hh < H)
                 for (int i = 0; i < D; i++) x[i] = x[i] * scale;
         }
-        int B = m->block_size, at = p % B;
-        int64_t blk = (int64_t)f->tables[f->tab_off[r] + p / B] * m->block_stride;
-        uint16_t *kd = m->kv + 2 * f->L->slot * m->kv_stride + blk, *vd = kd + m->kv_stride, h[8];
+        int B = m->block_size, at = p % B, block = f->tables[f->tab_off[r] + p / B];
+        uint8_t *kd = m->kv + 2 * f->L->slot * m->kv_stride + block * m->block_stride, *vd = kd + m->kv_stride;
+        if (m->kv_scale) {
+            float *ks = m->kv_scale + 2 * f->L->slot * m->scale_region + (int64_t)block * KV * B, *vs = ks + m->scale_region;
+            int8_t c[512], *ki = (int8_t *)kd, *vi = (int8_t *)vd;
+            for (int hh = 0; hh < KV; hh++) {
+                ks[hh * B + at] = tf_quantize_head(k + hh * D, D, c);
+                for (int i = 0; i < D; i++) ki[((int64_t)hh * D + i) * B + at] = c[i];    /* keys by dimension */
+                vs[hh * B + at] = tf_quantize_head(v + hh * D, D, vi + ((int64_t)hh * B + at) * D);
+            }
+            break;
+        }
+        uint16_t *kh = (uint16_t *)kd, *vh = (uint16_t *)vd, h[8];
         for (int hh = 0; hh < KV; hh++) {
             for (int i = 0; i < D; i += 8) {                        /* keys by dimension */
                 tf_f2h_row(k + hh * D + i, h, 8);
-                for (int e = 0; e < 8; e++) kd[((int64_t)hh * D + i + e) * B + at] = h[e];
+                for (int e = 0; e < 8; e++) kh[((int64_t)hh * D + i + e) * B + at] = h[e];
             }
-            tf_f2h_row(v + hh * D, vd + ((int64_t)hh * B + at) * D, D);
+            tf_f2h_row(v + hh * D, vh + ((int64_t)hh * B + at) * D, D);
         }
         break;
     }
@@ -423,9 +433,11 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
                 linear(first, nfirst, f.h, rows, f.qkv, f.qkv_width, 0, &sc, f.threads, 1);
                 run_rows(&f, S_QK, rows, 0);
                 int B = m->block_size;
-                const uint16_t *keys = m->kv + 2 * L->slot * m->kv_stride;
+                const uint8_t *keys = m->kv + 2 * L->slot * m->kv_stride;
+                const float *ks = m->kv_scale ? m->kv_scale + 2 * L->slot * m->scale_region : NULL;
                 tf_attn at = {f.qkv, att_own, rows, H, KV, D, B, f.qkv_width, H * D, pos, tab_off, tables,
-                              keys, keys + m->kv_stride, m->block_stride};
+                              keys, keys + m->kv_stride, m->block_stride, ks, ks ? ks + m->scale_region : NULL,
+                              (int64_t)KV * B};
                 f.at = at;
                 tf_pool_run(attn_job, &f, f.threads);
                 if (L->qgate.fmt) run_rows(&f, S_GATE, rows, 0);

@@ -247,11 +247,17 @@ void tf_set_soft_fp16(int soft) {
 /* ---------------------------------------------------------------- attention */
 
 #define AHEAD 2      /* blocks read ahead: each key chunk asks for its part of the block AHEAD on */
-static inline void prefetch(const uint16_t *p, int n) {      /* n elements' lines, ahead of their use */
-    for (int i = 0; i < n; i += 32) __builtin_prefetch(p + i);
+static inline void prefetch(const void *p, int64_t bytes) {      /* their lines, ahead of their use */
+    for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch((const char *)p + i);
 }
 
-/* Attention widens the fp16 keys and values exactly to fp32 as it reads them (H)
+/* int8 keys and values: s[g][j] times the scale of key (or value) j, for G rows of nj */
+static inline void scale_cols(float *s, int G, int nj, int Lp, const float *sc) {
+    for (int g = 0; g < G; g++)
+        for (int j = 0; j < nj; j++) s[(int64_t)g * Lp + j] = s[(int64_t)g * Lp + j] * sc[j];
+}
+
+/* Attention widens the fp16 (or int8) keys and values exactly to fp32 as it reads them (H)
  * and multiply-adds lane by lane with one rounding (FMA).  Each key's score, and
  * each output element, is a chain alone in its lane, so the vector width and how
  * many query heads share a widened vector change only the speed. */
@@ -265,12 +271,20 @@ static inline v8f h8_soft(const uint16_t *p) {
     for (int i = 0; i < 8; i++) v[i] = tf_h2f(p[i]);
     return v;
 }
+static inline v8f b8_soft(const int8_t *p) {
+    v8f v;
+    for (int i = 0; i < 8; i++) v[i] = (float)p[i];
+    return v;
+}
 #ifdef TF_X86
 TF_AVX512 TF_INLINE v16f fma16(v16f a, v16f b, v16f c) {
     return (v16f)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
 }
 TF_AVX512 TF_INLINE v16f h16(const uint16_t *p) {
     return (v16f)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+TF_AVX512 TF_INLINE v16f b16(const int8_t *p) {
+    return (v16f)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
 }
 #endif
 
@@ -370,13 +384,17 @@ void tf_softmax_rows(float *s, int G, int L, int stride, float *den) {
  * QG heads per widened key), tf_softmax_rows, the weighted values (PV(gn), PG heads per
  * widened value), o / den.  Every query head's arithmetic is the same whichever heads
  * share the call.  W divides the block size (16 does).  DC, BC: the head_dim and block
- * size as constants, or 0 for the model's. */
-#define TF_ATTEND(NAME, ATTR, W, QK, QG, PV, PG, DC, BC)                                          \
+ * size as constants, or 0 for the model's.  KT: the keys' and values' type (uint16_t: fp16;
+ * int8_t: int8, whose scales multiply the scores, then the softmax terms, I8 = 1). */
+#define TF_ATTEND(NAME, ATTR, W, QK, QG, PV, PG, DC, BC, KT, I8)                                  \
 ATTR static void NAME(const tf_attn *t, int row, int h0, int h1, float *scratch) {                \
     int d = DC ? DC : t->head_dim, G = t->heads / t->kv_heads, B = BC ? BC : t->block_size;     \
     int L = t->pos[row] + 1, NH = (h1 - h0) * G;                                                  \
     int Lp = (L + B - 1) / B * B;                                                                 \
+    const int i8_ = I8;                                                                           \
     const int32_t *table = t->tables + t->tab_off[row];                                           \
+    const char *kbase = (const char *)t->k, *vbase = (const char *)t->v;                          \
+    int64_t bs = t->block_stride, ss = t->scale_stride;                                           \
     float *s0 = scratch, *o0 = s0 + (int64_t)NH * Lp, *den = o0 + (int64_t)NH * d; /* [NH, Lp], [NH, d], [NH] */ \
     for (int j0 = 0; j0 < L; j0 += B) {                                                           \
         int nj = L - j0 < B ? L - j0 : B;                                                         \
@@ -384,29 +402,30 @@ ATTR static void NAME(const tf_attn *t, int row, int h0, int h1, float *scratch)
             const float *q = t->q + (int64_t)row * t->q_stride + kvh * G * d;                     \
             float *s = s0 + (int64_t)(kvh - h0) * G * Lp;                                         \
             int64_t head = (int64_t)kvh * B * d;                                                  \
-            const uint16_t *kb = t->k + (int64_t)table[j0 / B] * t->block_stride + head;          \
-            const uint16_t *pk = j0 + AHEAD * B < L                                               \
-                ? t->k + (int64_t)table[j0 / B + AHEAD] * t->block_stride + head : 0;             \
+            const KT *kb = (const KT *)(kbase + table[j0 / B] * bs) + head;                      \
+            const KT *pk = j0 + AHEAD * B < L ? (const KT *)(kbase + table[j0 / B + AHEAD] * bs) + head : 0; \
             for (int j = 0; j < nj; j += W) {                                                     \
-                if (pk) prefetch(pk + j * d, W * d);                                              \
+                if (pk) prefetch(pk + j * d, W * d * (int)sizeof(KT));                            \
                 for (int g0 = 0; g0 < G; g0 += QG) BY_HEADS(QG, QK);                              \
             }                                                                                     \
+            if (i8_) scale_cols(s + j0, G, nj, Lp, t->ks + table[j0 / B] * ss + kvh * B);        \
         }                                                                                         \
     }                                                                                             \
     for (int b = 0; b < AHEAD && b * B < L; b++)                  /* the first values, meanwhile */ \
         for (int kvh = h0; kvh < h1; kvh++)                                                       \
-            prefetch(t->v + (int64_t)table[b] * t->block_stride + (int64_t)kvh * B * d, B * d);   \
+            prefetch((const KT *)(vbase + table[b] * bs) + (int64_t)kvh * B * d, B * d * (int)sizeof(KT)); \
     tf_softmax_rows(s0, NH, L, Lp, den);                                                          \
     memset(o0, 0, sizeof(float) * NH * d);                                                        \
     for (int j0 = 0; j0 < L; j0 += B) {                                                           \
         int nj = L - j0 < B ? L - j0 : B;                                                         \
         for (int kvh = h0; kvh < h1; kvh++) {                                                     \
-            const float *s = s0 + (int64_t)(kvh - h0) * G * Lp;                                   \
+            float *s = s0 + (int64_t)(kvh - h0) * G * Lp;                                         \
             float *o = o0 + (int64_t)(kvh - h0) * G * d;                                          \
             int64_t head = (int64_t)kvh * B * d;                                                  \
-            const uint16_t *vb = t->v + (int64_t)table[j0 / B] * t->block_stride + head;          \
+            const KT *vb = (const KT *)(vbase + table[j0 / B] * bs) + head;                      \
             if (j0 + AHEAD * B < L)                                                               \
-                prefetch(t->v + (int64_t)table[j0 / B + AHEAD] * t->block_stride + head, B * d);  \
+                prefetch((const KT *)(vbase + table[j0 / B + AHEAD] * bs) + head, B * d * (int)sizeof(KT)); \
+            if (i8_) scale_cols(s + j0, G, nj, Lp, t->vs + table[j0 / B] * ss + kvh * B);        \
             for (int g0 = 0; g0 < G; g0 += PG) BY_HEADS(PG, PV);                                  \
         }                                                                                         \
     }                                                                                             \
@@ -417,7 +436,10 @@ ATTR static void NAME(const tf_attn *t, int row, int h0, int h1, float *scratch)
 
 #define QK_SOFT(GN) QK_KEYS(v8f, h8_soft, fma8_soft, bcast8, store8, GN)
 #define PV_SOFT(GN) PV_ROWS(v8f, 8, h8_soft, fma8_soft, bcast8, load8, store8, GN, 1)
-TF_ATTEND(attend_soft, , 8, QK_SOFT, 1, PV_SOFT, 1, 0, 0)
+TF_ATTEND(attend_soft, , 8, QK_SOFT, 1, PV_SOFT, 1, 0, 0, uint16_t, 0)
+#define QK_SOFT_I8(GN) QK_KEYS(v8f, b8_soft, fma8_soft, bcast8, store8, GN)
+#define PV_SOFT_I8(GN) PV_ROWS(v8f, 8, b8_soft, fma8_soft, bcast8, load8, store8, GN, 1)
+TF_ATTEND(attend_soft_i8, , 8, QK_SOFT_I8, 1, PV_SOFT_I8, 1, 0, 0, int8_t, 1)
 #ifdef TF_X86
 /* AVX2: the same chains in named registers (the generic forms above spill them here).
  * Scores of the sixteen keys of the chunk at k (dimension i at k + i*B), as two vectors
@@ -425,7 +447,12 @@ TF_ATTEND(attend_soft, , 8, QK_SOFT, 1, PV_SOFT, 1, 0, 0)
  * dimensions l, l + 8, ... in order.  Chains l and l + 1 run together (twelve independent
  * chains hide the fma latency) and their pair sum goes through the score row:
  * ((0+1)+(2+3))+((4+5)+(6+7)), the tree8 order. */
-TF_AVX2 TF_INLINE void qk_avx2(int GN, int d, const float *q, const uint16_t *k, int B, float *s, int Lp) {
+/* eight keys (or value elements) from element i of p: fp16, or int8 (i8) */
+TF_AVX2 TF_INLINE __m256 kv8_avx2(const void *p, int64_t i, int i8) {
+    if (i8) return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const int8_t *)p + i))));
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
+}
+TF_AVX2 TF_INLINE void qk_avx2(int GN, int d, const float *q, const void *k, int i8, int B, float *s, int Lp) {
     __m256 p45[3][2];
     _Pragma("GCC unroll 4") for (int l = 0; l < 8; l += 2) {
         __m256 c[3][2][2];
@@ -433,9 +460,8 @@ TF_AVX2 TF_INLINE void qk_avx2(int GN, int d, const float *q, const uint16_t *k,
             c[g][0][0] = c[g][0][1] = c[g][1][0] = c[g][1][1] = _mm256_setzero_ps();
         _Pragma("GCC unroll 16") for (int i = 0; i < d; i += 8)
             _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-                const uint16_t *kp = k + (int64_t)(i + l + h) * B;
-                __m256 k0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)kp));
-                __m256 k1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp + 8)));
+                int64_t kp = (int64_t)(i + l + h) * B;
+                __m256 k0 = kv8_avx2(k, kp, i8), k1 = kv8_avx2(k, kp + 8, i8);
                 _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) {
                     __m256 x = _mm256_broadcast_ss(q + g * d + i + l + h);
                     c[g][h][0] = _mm256_fmadd_ps(x, k0, c[g][h][0]);
@@ -456,7 +482,7 @@ TF_AVX2 TF_INLINE void qk_avx2(int GN, int d, const float *q, const uint16_t *k,
 
 /* o[g][:] = fma(w[g][j], v[j][:], o[g][:]) over the nj values of a block in order, for GN
  * heads, 32 dimensions at a time: up to twelve chains, enough to hide the fma latency. */
-TF_AVX2 TF_INLINE void pv_avx2(int GN, int d, const uint16_t *vb, int nj, const float *w, int Lp, float *o) {
+TF_AVX2 TF_INLINE void pv_avx2(int GN, int d, const void *vb, int i8, int nj, const float *w, int Lp, float *o) {
     _Pragma("GCC unroll 4") for (int c = 0; c < d; c += 32) {
         __m256 a[3][4];
         _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++)
@@ -465,7 +491,7 @@ TF_AVX2 TF_INLINE void pv_avx2(int GN, int d, const uint16_t *vb, int nj, const 
             __m256 x[3];
             _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) x[g] = _mm256_broadcast_ss(w + (int64_t)g * Lp + j);
             _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {
-                __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vb + (int64_t)j * d + c + 8 * u)));
+                __m256 v = kv8_avx2(vb, (int64_t)j * d + c + 8 * u, i8);
                 _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) a[g][u] = _mm256_fmadd_ps(x[g], v, a[g][u]);
             }
         }
@@ -473,29 +499,43 @@ TF_AVX2 TF_INLINE void pv_avx2(int GN, int d, const uint16_t *vb, int nj, const 
             _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) _mm256_storeu_ps(o + g * d + c + 8 * u, a[g][u]);
     }
 }
-#define QK_AVX2(GN) qk_avx2(GN, d, q + g0 * d, kb + j, B, s + (int64_t)g0 * Lp + j0 + j, Lp)
-#define PV_AVX2(GN) pv_avx2(GN, d, vb, nj, s + (int64_t)g0 * Lp + j0, Lp, o + g0 * d)
+#define QK_AVX2(GN) qk_avx2(GN, d, q + g0 * d, kb + j, i8_, B, s + (int64_t)g0 * Lp + j0 + j, Lp)
+#define PV_AVX2(GN) pv_avx2(GN, d, vb, i8_, nj, s + (int64_t)g0 * Lp + j0, Lp, o + g0 * d)
 /* the common shapes with their sizes as constants (every address an immediate), and any other */
-TF_ATTEND(attend_avx2_64, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 64, 32)
-TF_ATTEND(attend_avx2_128, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 128, 32)
-TF_ATTEND(attend_avx2, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 0, 0)
+TF_ATTEND(attend_avx2_64, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 64, 32, uint16_t, 0)
+TF_ATTEND(attend_avx2_128, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 128, 32, uint16_t, 0)
+TF_ATTEND(attend_avx2, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 0, 0, uint16_t, 0)
+TF_ATTEND(attend_avx2_64_i8, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 64, 32, int8_t, 1)
+TF_ATTEND(attend_avx2_128_i8, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 128, 32, int8_t, 1)
+TF_ATTEND(attend_avx2_i8, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 0, 0, int8_t, 1)
 #define QK_AVX512(GN) QK_KEYS(v16f, h16, fma16, bcast16, store16, GN)
 #define PV_AVX512(GN) PV_ROWS(v16f, 16, h16, fma16, bcast16, load16, store16, GN, 4)
-TF_ATTEND(attend_avx512, TF_AVX512, 16, QK_AVX512, 3, PV_AVX512, 3, 0, 0)
+TF_ATTEND(attend_avx512, TF_AVX512, 16, QK_AVX512, 3, PV_AVX512, 3, 0, 0, uint16_t, 0)
+#define QK_AVX512_I8(GN) QK_KEYS(v16f, b16, fma16, bcast16, store16, GN)
+#define PV_AVX512_I8(GN) PV_ROWS(v16f, 16, b16, fma16, bcast16, load16, store16, GN, 4)
+TF_ATTEND(attend_avx512_i8, TF_AVX512, 16, QK_AVX512_I8, 3, PV_AVX512_I8, 3, 0, 0, int8_t, 1)
 #endif
 #ifdef TF_NEON
 /* NEON: qk_avx2 and pv_avx2's chains as pairs of four-lane registers (the generic forms
  * above compiled to scalar multiply-adds through the stack). */
-static inline float32x4_t h4_neon(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
-static inline __attribute__((always_inline)) void qk_neon(int GN, int d, const float *q, const uint16_t *k, int B,
-                                                          float *s, int Lp) {
+/* four keys (or value elements) from element i of p: fp16, or int8 (i8) */
+static inline __attribute__((always_inline)) float32x4_t kv4_neon(const void *p, int64_t i, int i8) {
+    if (i8) {
+        int32_t w;
+        memcpy(&w, (const int8_t *)p + i, 4);
+        return vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(w))))));
+    }
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)p + i)));
+}
+static inline __attribute__((always_inline)) void qk_neon(int GN, int d, const float *q, const void *k, int i8,
+                                                          int B, float *s, int Lp) {
     float32x4_t c0[3][2], t01[3][2], t03[3][2], t45[3][2];
     _Pragma("GCC unroll 8") for (int l = 0; l < 8; l++) {
         float32x4_t c[3][2];
         _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) c[g][0] = c[g][1] = vdupq_n_f32(0.0f);
         _Pragma("GCC unroll 2") for (int i = 0; i < d; i += 8) {
-            const uint16_t *kp = k + (int64_t)(i + l) * B;
-            float32x4_t k0 = h4_neon(kp), k1 = h4_neon(kp + 4);
+            int64_t kp = (int64_t)(i + l) * B;
+            float32x4_t k0 = kv4_neon(k, kp, i8), k1 = kv4_neon(k, kp + 4, i8);
             _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) {
                 float x = q[g * d + i + l];
                 c[g][0] = vfmaq_n_f32(c[g][0], k0, x);
@@ -514,15 +554,15 @@ static inline __attribute__((always_inline)) void qk_neon(int GN, int d, const f
     }
 }
 /* o[g][:] = fma(w[g][j], v[j][:], o[g][:]) over the nj values in order, 16 dimensions at a time */
-static inline __attribute__((always_inline)) void pv_neon(int GN, int d, const uint16_t *vb, int nj, const float *w,
-                                                          int Lp, float *o) {
+static inline __attribute__((always_inline)) void pv_neon(int GN, int d, const void *vb, int i8, int nj,
+                                                          const float *w, int Lp, float *o) {
     for (int c = 0; c < d; c += 16) {
         float32x4_t a[3][4];
         _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++)
             _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) a[g][u] = vld1q_f32(o + g * d + c + 4 * u);
         for (int j = 0; j < nj; j++) {
             float32x4_t v[4];
-            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) v[u] = h4_neon(vb + (int64_t)j * d + c + 4 * u);
+            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) v[u] = kv4_neon(vb, (int64_t)j * d + c + 4 * u, i8);
             _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) {
                 float x = w[(int64_t)g * Lp + j];
                 _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) a[g][u] = vfmaq_n_f32(a[g][u], v[u], x);
@@ -532,9 +572,10 @@ static inline __attribute__((always_inline)) void pv_neon(int GN, int d, const u
             _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) vst1q_f32(o + g * d + c + 4 * u, a[g][u]);
     }
 }
-#define QK_NEON(GN) qk_neon(GN, d, q + g0 * d, kb + j, B, s + (int64_t)g0 * Lp + j0 + j, Lp)
-#define PV_NEON(GN) pv_neon(GN, d, vb, nj, s + (int64_t)g0 * Lp + j0, Lp, o + g0 * d)
-TF_ATTEND(attend_neon, , 8, QK_NEON, 3, PV_NEON, 3, 0, 0)
+#define QK_NEON(GN) qk_neon(GN, d, q + g0 * d, kb + j, i8_, B, s + (int64_t)g0 * Lp + j0 + j, Lp)
+#define PV_NEON(GN) pv_neon(GN, d, vb, i8_, nj, s + (int64_t)g0 * Lp + j0, Lp, o + g0 * d)
+TF_ATTEND(attend_neon, , 8, QK_NEON, 3, PV_NEON, 3, 0, 0, uint16_t, 0)
+TF_ATTEND(attend_neon_i8, , 8, QK_NEON, 3, PV_NEON, 3, 0, 0, int8_t, 1)
 #endif
 
 int64_t tf_attend_scratch(const tf_attn *t, int pos) {
@@ -543,15 +584,16 @@ int64_t tf_attend_scratch(const tf_attn *t, int pos) {
 }
 
 void tf_attend(const tf_attn *t, int row, int h0, int h1, float *scratch) {
-    int d = t->head_dim, isa = fp16_fast() ? tf_isa() : 0;
+    int d = t->head_dim, isa = fp16_fast() ? tf_isa() : 0, i8 = t->ks != NULL;
+    void (*fn)(const tf_attn *, int, int, int, float *) = i8 ? attend_soft_i8 : attend_soft;
 #ifdef TF_X86
-    if (isa == 2 && d % 64 == 0) { attend_avx512(t, row, h0, h1, scratch); return; }
-    if (isa >= 1 && d == 64 && t->block_size == 32) { attend_avx2_64(t, row, h0, h1, scratch); return; }
-    if (isa >= 1 && d == 128 && t->block_size == 32) { attend_avx2_128(t, row, h0, h1, scratch); return; }
-    if (isa >= 1 && d % 32 == 0) { attend_avx2(t, row, h0, h1, scratch); return; }
+    if (isa == 2 && d % 64 == 0) fn = i8 ? attend_avx512_i8 : attend_avx512;
+    else if (isa >= 1 && d == 64 && t->block_size == 32) fn = i8 ? attend_avx2_64_i8 : attend_avx2_64;
+    else if (isa >= 1 && d == 128 && t->block_size == 32) fn = i8 ? attend_avx2_128_i8 : attend_avx2_128;
+    else if (isa >= 1 && d % 32 == 0) fn = i8 ? attend_avx2_i8 : attend_avx2;
 #endif
 #ifdef TF_NEON
-    if (isa == 3 && d % 32 == 0) { attend_neon(t, row, h0, h1, scratch); return; }
+    if (isa == 3 && d % 32 == 0) fn = i8 ? attend_neon_i8 : attend_neon;
 #endif
-    attend_soft(t, row, h0, h1, scratch);
+    fn(t, row, h0, h1, scratch);
 }

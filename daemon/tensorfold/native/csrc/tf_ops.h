@@ -3,7 +3,10 @@
 
 #include <stdint.h>
 
-/* Paged attention over fp16 keys and values for a batch of rows. */
+/* Paged attention for a batch of rows over fp16 keys and values, or int8 ones (ks and vs
+ * set) whose position and kv head each have one fp32 scale: a key's score is its fp32
+ * dot with the int8 codes times the key's scale, and a value's weight is its softmax
+ * term times the value's scale. */
 typedef struct {
     const float *q;            /* [rows, q_stride]: head h at h*head_dim, scaled, rope applied */
     float *out;                /* [rows, out_stride] */
@@ -11,8 +14,10 @@ typedef struct {
     const int32_t *pos;        /* [rows] */
     const int32_t *tab_off;    /* [rows]: where the row's block table starts in `tables` */
     const int32_t *tables;
-    const uint16_t *k, *v;     /* block 0's keys [kv_heads, head_dim, B] and values [kv_heads, B, head_dim] of this layer */
-    int64_t block_stride;      /* uint16 elements from one block's keys (or values) to the next's */
+    const void *k, *v;         /* block 0's keys [kv_heads, head_dim, B] and values [kv_heads, B, head_dim] of this layer */
+    int64_t block_stride;      /* bytes from one block's keys (or values) to the next's */
+    const float *ks, *vs;      /* int8: block 0's key and value scales [kv_heads, B]; NULL: fp16 */
+    int64_t scale_stride;      /* floats from one block's scales to the next's */
 } tf_attn;
 
 float tf_exp(float x);
