@@ -147,7 +147,7 @@ static void check_attend(int d, int B, int i8) {
     float *q = zalloc(H * d * 4);
     for (int i = 0; i < H * d; i++) q[i] = frnd() * 0.3f;
     attend_case c = {{q, NULL, 1, H, KVH, d, B, H * d, H * d, &pos, &offset, table, kc, vc, bytes,
-                      i8 ? ks : NULL, i8 ? vs : NULL, KVH * B}, 0};
+                      i8 ? ks : NULL, i8 ? vs : NULL}, 0};
     char label[64];
     for (c.by_head = 0; c.by_head < 2; c.by_head++) {
         snprintf(label, sizeof label, "attend%s-d%d-block%d%s", i8 ? "-int8" : "", d, B, c.by_head ? "-by-head" : "");

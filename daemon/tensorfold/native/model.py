@@ -213,7 +213,6 @@ class NativeModel:
         m.kv = C.addressof(self._kv_view)
         m.block_stride, m.kv_stride = block, num_blocks * block
         m.scale_region = num_blocks * m.kv_heads * block_size
-        self._scales = None
         if int8:
             self._scales, self._scale_view = _anonymous(halves * m.scale_region * 4)
             m.kv_scale = C.addressof(self._scale_view)
@@ -257,8 +256,7 @@ class NativeModel:
             self.struct.dn.state = None
             self._state_view = None
             self._state.close()
-        self._state = mmap.mmap(-1, max(1, slots * self.state_bytes()), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        self._state_view = (C.c_char * len(self._state)).from_buffer(self._state)
+        self._state, self._state_view = _anonymous(slots * self.state_bytes())
         self.struct.dn.state = C.addressof(self._state_view)
         self.state_slots = slots
 

@@ -28,7 +28,7 @@ ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "
 
 class NativeRunner:
     device = torch.device("cpu")
-    dtype = torch.float32            # the arithmetic; weights per `weights`, KV in fp16
+    dtype = torch.float32            # the arithmetic; weights per `weights`, KV per `kv_cache`
 
     def __init__(self, folder: Path, weights: str = "auto", threads: int | None = None, rank: int = 0,
                  ranks: int = 1, kv_cache: str = "fp16") -> None:

@@ -436,8 +436,7 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
                 const uint8_t *keys = m->kv + 2 * L->slot * m->kv_stride;
                 const float *ks = m->kv_scale ? m->kv_scale + 2 * L->slot * m->scale_region : NULL;
                 tf_attn at = {f.qkv, att_own, rows, H, KV, D, B, f.qkv_width, H * D, pos, tab_off, tables,
-                              keys, keys + m->kv_stride, m->block_stride, ks, ks ? ks + m->scale_region : NULL,
-                              (int64_t)KV * B};
+                              keys, keys + m->kv_stride, m->block_stride, ks, ks ? ks + m->scale_region : NULL};
                 f.at = at;
                 tf_pool_run(attn_job, &f, f.threads);
                 if (L->qgate.fmt) run_rows(&f, S_GATE, rows, 0);

@@ -394,7 +394,7 @@ ATTR static void NAME(const tf_attn *t, int row, int h0, int h1, float *scratch)
     const int i8_ = I8;                                                                           \
     const int32_t *table = t->tables + t->tab_off[row];                                           \
     const char *kbase = (const char *)t->k, *vbase = (const char *)t->v;                          \
-    int64_t bs = t->block_stride, ss = t->scale_stride;                                           \
+    int64_t bs = t->block_stride, ss = (int64_t)t->kv_heads * B;                                  \
     float *s0 = scratch, *o0 = s0 + (int64_t)NH * Lp, *den = o0 + (int64_t)NH * d; /* [NH, Lp], [NH, d], [NH] */ \
     for (int j0 = 0; j0 < L; j0 += B) {                                                           \
         int nj = L - j0 < B ? L - j0 : B;                                                         \

@@ -16,8 +16,8 @@ typedef struct {
     const int32_t *tables;
     const void *k, *v;         /* block 0's keys [kv_heads, head_dim, B] and values [kv_heads, B, head_dim] of this layer */
     int64_t block_stride;      /* bytes from one block's keys (or values) to the next's */
-    const float *ks, *vs;      /* int8: block 0's key and value scales [kv_heads, B]; NULL: fp16 */
-    int64_t scale_stride;      /* floats from one block's scales to the next's */
+    const float *ks, *vs;      /* int8: block 0's key and value scales [kv_heads, B] (block b's b*kv_heads*B
+                                  further); NULL: fp16 */
 } tf_attn;
 
 float tf_exp(float x);
