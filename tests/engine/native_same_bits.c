@@ -123,8 +123,8 @@ static void run_attend(void *ctx, float *out) {
 }
 
 /* fp16 keys and values, or (i8) int8 codes with a scale a position and kv head */
-static void check_attend(int d, int B, int i8) {
-    enum { KVH = 3, H = 9, BLOCKS = 12 };
+static void check_attend(int d, int B, int i8, int KVH, int H) {
+    enum { BLOCKS = 12 };
     static const int32_t table[BLOCKS] = {5, 2, 7, 0, 11, 3, 9, 1, 4, 10, 6, 8};
     static const int32_t offset = 0;
     int32_t pos = 300 < BLOCKS * B ? 300 : BLOCKS * B - 1;
@@ -150,7 +150,8 @@ static void check_attend(int d, int B, int i8) {
                       i8 ? ks : NULL, i8 ? vs : NULL}, 0};
     char label[64];
     for (c.by_head = 0; c.by_head < 2; c.by_head++) {
-        snprintf(label, sizeof label, "attend%s-d%d-block%d%s", i8 ? "-int8" : "", d, B, c.by_head ? "-by-head" : "");
+        snprintf(label, sizeof label, "attend%s-d%d-block%d%s%s", i8 ? "-int8" : "", d, B, H == 3 * KVH ? "" : H == 7 * KVH ? "-g7" : "-g8",
+                 c.by_head ? "-by-head" : "");
         compare(label, run_attend, &c, (size_t)H * d);
     }
 }
@@ -182,7 +183,11 @@ int main(void) {
     check_linear("k6", k_weight(TF_K6, n, k));
     for (int i8 = 0; i8 < 2; i8++)
         for (int d = 64; d <= 128; d += 64)
-            for (int B = 16; B <= 32; B += 16) check_attend(d, B, i8);
+            for (int B = 16; B <= 32; B += 16) {
+                check_attend(d, B, i8, 3, 9);               /* three query heads a kv head */
+                check_attend(d, B, i8, 2, 14);              /* seven (Qwen2.5-0.5B): the wide AVX2 form */
+                check_attend(d, B, i8, 2, 16);              /* eight: four and four */
+            }
     for (int i = 0; i < N; i++) {
         xa[i] = frnd() * 12.0f;
         xb[i] = frnd();

@@ -471,7 +471,8 @@ def folders(tmp_path_factory, default_model):
         "llama": make_tiny_checkpoint(root / "llama", default_model),
         "qwen3": make_tiny_checkpoint(root / "qwen3", default_model, arch="Qwen3ForCausalLM"),
         # head_dim 64 and five query heads per kv head: the vector attention paths (the
-        # others' head_dim 16 takes the scalar one), query heads three and two at a time
+        # others' head_dim 16 takes the scalar one), the five query heads in one pass (AVX2's
+        # wide form) or three and two (AVX-512, NEON, and AVX2's values)
         "gqa": make_tiny_checkpoint(root / "gqa", default_model, hidden=320, heads=5, kv_heads=1),
         # head_dim 128, two query heads per kv head
         "wide": make_tiny_checkpoint(root / "wide", default_model, hidden=256, heads=2, kv_heads=1),

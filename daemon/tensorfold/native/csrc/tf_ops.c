@@ -91,6 +91,7 @@ typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 #define TF_AVX512 __attribute__((target("avx2,fma,f16c,avx512f")))
+TF_AVX2 TF_INLINE v8f bcast8v(float x) { return (v8f)_mm256_set1_ps(x); }     /* a constant stays one */
 TF_AVX512 TF_INLINE v16f bcast16(float x) { return (v16f)_mm512_set1_ps(x); }
 TF_AVX512 TF_INLINE v16f load16(const float *p) { return (v16f)_mm512_loadu_ps(p); }
 TF_AVX512 TF_INLINE void store16(float *p, v16f v) { _mm512_storeu_ps(p, (__m512)v); }
@@ -104,7 +105,7 @@ ATTR TF_INLINE VT NAME(VT x) {                                                  
     VI bits = (__builtin_convertvector(n, VI) + 127) << 23;                                       \
     return SEL(x != x, x, p * (VT)bits);                                                          \
 }
-TF_VEXP(exp8v, sel8, TF_AVX2, v8f, v8i, bcast8)
+TF_VEXP(exp8v, sel8, TF_AVX2, v8f, v8i, bcast8v)
 TF_VEXP(exp16, sel16, TF_AVX512, v16f, v16i, bcast16)
 
 /* SiLU (with MUL: times u) W lanes at a time, each lane the scalar form's operations. */
@@ -311,14 +312,19 @@ ATTR static void NAME(float *s, int G, int L, int stride, float *den) {         
         STORE(lanes, m);                                                                          \
         for (int l = 0; l < W; l++) mx = lanes[l] > mx ? lanes[l] : mx;                           \
         for (; j < L; j++) mx = sg[j] > mx ? sg[j] : mx;                                          \
-        for (j = 0; j + W <= L; j += W) STORE(sg + j, EXPV(LOAD(sg + j) - mx));                  \
+        for (j = 0; j + 4 * W <= L; j += 4 * W) {          /* four exps side by side: each a long chain */ \
+            VT e0 = EXPV(LOAD(sg + j) - mx), e1 = EXPV(LOAD(sg + j + W) - mx);                     \
+            VT e2 = EXPV(LOAD(sg + j + 2 * W) - mx), e3 = EXPV(LOAD(sg + j + 3 * W) - mx);         \
+            STORE(sg + j, e0), STORE(sg + j + W, e1), STORE(sg + j + 2 * W, e2), STORE(sg + j + 3 * W, e3); \
+        }                                                                                         \
+        for (; j + W <= L; j += W) STORE(sg + j, EXPV(LOAD(sg + j) - mx));                       \
         for (; j < L; j++) sg[j] = exp_(sg[j] - mx);                                              \
         den[g] = sum8(sg, L);                                                                     \
     }                                                                                             \
 }
 TF_AVX2 TF_INLINE v8f max8v(v8f a, v8f b) { return (v8f)_mm256_max_ps((__m256)a, (__m256)b); }
 TF_AVX512 TF_INLINE v16f max16v(v16f a, v16f b) { return (v16f)_mm512_max_ps((__m512)a, (__m512)b); }
-TF_VSOFTMAX(softmax8, TF_AVX2, v8f, 8, exp8v, bcast8, load8, store8, max8v)
+TF_VSOFTMAX(softmax8, TF_AVX2, v8f, 8, exp8v, bcast8v, load8, store8, max8v)
 TF_VSOFTMAX(softmax16, TF_AVX512, v16f, 16, exp16, bcast16, load16, store16, max16v)
 #endif
 
@@ -371,11 +377,21 @@ void tf_softmax_rows(float *s, int G, int L, int stride, float *den) {
         }                                                                                         \
     } while (0)
 
-/* STEP(gn) for the next gn = min(G - g0, MAXG) query heads, MAXG <= 3 */
+/* STEP(gn) for the next gn query heads from g0, gn a constant: the G - g0 left in as few
+ * passes of at most MAXG (<= 7) as they take, shared evenly (8 heads: 4 and 4, not 7 and 1) */
 #define BY_HEADS(MAXG, STEP)                                                                      \
     do {                                                                                          \
-        int gn_ = G - g0 < MAXG ? G - g0 : MAXG;                                                  \
-        if (gn_ == 3) STEP(3); else if (gn_ == 2) STEP(2); else STEP(1);                          \
+        int left_ = G - g0, passes_ = (left_ + MAXG - 1) / MAXG;                                   \
+        gn_ = (left_ + passes_ - 1) / passes_;                                                    \
+        switch (gn_) {                                                                            \
+        case 7: if (MAXG >= 7) STEP(7); break;                                                    \
+        case 6: if (MAXG >= 6) STEP(6); break;                                                    \
+        case 5: if (MAXG >= 5) STEP(5); break;                                                    \
+        case 4: if (MAXG >= 4) STEP(4); break;                                                    \
+        case 3: STEP(3); break;                                                                   \
+        case 2: STEP(2); break;                                                                   \
+        default: STEP(1);                                                                         \
+        }                                                                                         \
     } while (0)
 
 /* One query row and kv heads h0..h1-1, each with the G query heads that share it,
@@ -406,7 +422,7 @@ ATTR static void NAME(const tf_attn *t, int row, int h0, int h1, float *scratch)
             const KT *pk = j0 + AHEAD * B < L ? (const KT *)(kbase + table[j0 / B + AHEAD] * bs) + head : 0; \
             for (int j = 0; j < nj; j += W) {                                                     \
                 if (pk) prefetch(pk + j * d, W * d * (int)sizeof(KT));                            \
-                for (int g0 = 0; g0 < G; g0 += QG) BY_HEADS(QG, QK);                              \
+                for (int g0 = 0, gn_; g0 < G; g0 += gn_) BY_HEADS(QG, QK);                              \
             }                                                                                     \
             if (i8_) scale_cols(s + j0, G, nj, Lp, t->ks + table[j0 / B] * ss + kvh * B);        \
         }                                                                                         \
@@ -426,7 +442,7 @@ ATTR static void NAME(const tf_attn *t, int row, int h0, int h1, float *scratch)
             if (j0 + AHEAD * B < L)                                                               \
                 prefetch((const KT *)(vbase + table[j0 / B + AHEAD] * bs) + head, B * d * (int)sizeof(KT)); \
             if (i8_) scale_cols(s + j0, G, nj, Lp, t->vs + table[j0 / B] * ss + kvh * B);        \
-            for (int g0 = 0; g0 < G; g0 += PG) BY_HEADS(PG, PV);                                  \
+            for (int g0 = 0, gn_; g0 < G; g0 += gn_) BY_HEADS(PG, PV);                                  \
         }                                                                                         \
     }                                                                                             \
     float *dst = t->out + (int64_t)row * t->out_stride + h0 * G * d;                              \
@@ -499,6 +515,31 @@ TF_AVX2 TF_INLINE void pv_avx2(int GN, int d, const void *vb, int i8, int nj, co
             _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) _mm256_storeu_ps(o + g * d + c + 8 * u, a[g][u]);
     }
 }
+/* Scores for kv heads that serve four to seven query heads (Qwen2.5: six or seven): eight
+ * keys at a time, each widened key feeding every head of the pass, so a key is widened
+ * once where qk_avx2 would widen it two or three times.  The chains, their order and the
+ * tree are qk_avx2's.  (The values keep pv_avx2: a wide form of it measured slower.) */
+TF_AVX2 TF_INLINE void qkw_avx2(int GN, int d, const float *q, const void *k, int i8, int B, float *s, int Lp) {
+    __m256 p45[7];
+    _Pragma("GCC unroll 4") for (int l = 0; l < 8; l += 2) {
+        __m256 c[7][2];
+        _Pragma("GCC unroll 7") for (int g = 0; g < GN; g++) c[g][0] = c[g][1] = _mm256_setzero_ps();
+        _Pragma("GCC unroll 16") for (int i = 0; i < d; i += 8)
+            _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                __m256 kv = kv8_avx2(k, (int64_t)(i + l + h) * B, i8);
+                _Pragma("GCC unroll 7") for (int g = 0; g < GN; g++)
+                    c[g][h] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + g * d + i + l + h), kv, c[g][h]);
+            }
+        _Pragma("GCC unroll 7") for (int g = 0; g < GN; g++) {
+            float *sp = s + (int64_t)g * Lp;
+            __m256 pair = _mm256_add_ps(c[g][0], c[g][1]);
+            if (l == 0) _mm256_storeu_ps(sp, pair);
+            else if (l == 2) _mm256_storeu_ps(sp, _mm256_add_ps(_mm256_loadu_ps(sp), pair));
+            else if (l == 4) p45[g] = pair;
+            else _mm256_storeu_ps(sp, _mm256_add_ps(_mm256_loadu_ps(sp), _mm256_add_ps(p45[g], pair)));
+        }
+    }
+}
 #define QK_AVX2(GN) qk_avx2(GN, d, q + g0 * d, kb + j, i8_, B, s + (int64_t)g0 * Lp + j0 + j, Lp)
 #define PV_AVX2(GN) pv_avx2(GN, d, vb, i8_, nj, s + (int64_t)g0 * Lp + j0, Lp, o + g0 * d)
 /* the common shapes with their sizes as constants (every address an immediate), and any other */
@@ -508,6 +549,13 @@ TF_ATTEND(attend_avx2, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 0, 0, uint16_t, 0)
 TF_ATTEND(attend_avx2_64_i8, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 64, 32, int8_t, 1)
 TF_ATTEND(attend_avx2_128_i8, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 128, 32, int8_t, 1)
 TF_ATTEND(attend_avx2_i8, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 0, 0, int8_t, 1)
+#define QKW_AVX2(GN) qkw_avx2(GN, d, q + g0 * d, kb + j, i8_, B, s + (int64_t)g0 * Lp + j0 + j, Lp)
+TF_ATTEND(attendw_avx2_64, TF_AVX2, 8, QKW_AVX2, 7, PV_AVX2, 3, 64, 32, uint16_t, 0)
+TF_ATTEND(attendw_avx2_128, TF_AVX2, 8, QKW_AVX2, 7, PV_AVX2, 3, 128, 32, uint16_t, 0)
+TF_ATTEND(attendw_avx2, TF_AVX2, 8, QKW_AVX2, 7, PV_AVX2, 3, 0, 0, uint16_t, 0)
+TF_ATTEND(attendw_avx2_64_i8, TF_AVX2, 8, QKW_AVX2, 7, PV_AVX2, 3, 64, 32, int8_t, 1)
+TF_ATTEND(attendw_avx2_128_i8, TF_AVX2, 8, QKW_AVX2, 7, PV_AVX2, 3, 128, 32, int8_t, 1)
+TF_ATTEND(attendw_avx2_i8, TF_AVX2, 8, QKW_AVX2, 7, PV_AVX2, 3, 0, 0, int8_t, 1)
 #define QK_AVX512(GN) QK_KEYS(v16f, h16, fma16, bcast16, store16, GN)
 #define PV_AVX512(GN) PV_ROWS(v16f, 16, h16, fma16, bcast16, load16, store16, GN, 4)
 TF_ATTEND(attend_avx512, TF_AVX512, 16, QK_AVX512, 3, PV_AVX512, 3, 0, 0, uint16_t, 0)
@@ -588,7 +636,11 @@ void tf_attend(const tf_attn *t, int row, int h0, int h1, float *scratch) {
     void (*fn)(const tf_attn *, int, int, int, float *) = i8 ? attend_soft_i8 : attend_soft;
 #ifdef TF_X86
     if (isa == 2 && d % 64 == 0) fn = i8 ? attend_avx512_i8 : attend_avx512;
-    else if (isa >= 1 && d == 64 && t->block_size == 32) fn = i8 ? attend_avx2_64_i8 : attend_avx2_64;
+    else if (isa >= 1 && d % 32 == 0 && t->heads > 3 * t->kv_heads) {       /* four or more heads a kv head */
+        if (d == 64 && t->block_size == 32) fn = i8 ? attendw_avx2_64_i8 : attendw_avx2_64;
+        else if (d == 128 && t->block_size == 32) fn = i8 ? attendw_avx2_128_i8 : attendw_avx2_128;
+        else fn = i8 ? attendw_avx2_i8 : attendw_avx2;
+    } else if (isa >= 1 && d == 64 && t->block_size == 32) fn = i8 ? attend_avx2_64_i8 : attend_avx2_64;
     else if (isa >= 1 && d == 128 && t->block_size == 32) fn = i8 ? attend_avx2_128_i8 : attend_avx2_128;
     else if (isa >= 1 && d % 32 == 0) fn = i8 ? attend_avx2_i8 : attend_avx2;
 #endif
