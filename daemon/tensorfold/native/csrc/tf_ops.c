@@ -542,20 +542,21 @@ TF_AVX2 TF_INLINE void qkw_avx2(int GN, int d, const float *q, const void *k, in
 }
 #define QK_AVX2(GN) qk_avx2(GN, d, q + g0 * d, kb + j, i8_, B, s + (int64_t)g0 * Lp + j0 + j, Lp)
 #define PV_AVX2(GN) pv_avx2(GN, d, vb, i8_, nj, s + (int64_t)g0 * Lp + j0, Lp, o + g0 * d)
-/* the common shapes with their sizes as constants (every address an immediate), and any other */
-TF_ATTEND(attend_avx2_64, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 64, 32, uint16_t, 0)
-TF_ATTEND(attend_avx2_128, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 128, 32, uint16_t, 0)
-TF_ATTEND(attend_avx2, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 0, 0, uint16_t, 0)
-TF_ATTEND(attend_avx2_64_i8, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 64, 32, int8_t, 1)
-TF_ATTEND(attend_avx2_128_i8, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 128, 32, int8_t, 1)
-TF_ATTEND(attend_avx2_i8, TF_AVX2, 16, QK_AVX2, 3, PV_AVX2, 3, 0, 0, int8_t, 1)
+/* The common shapes with their sizes as constants (every address an immediate), and any
+ * other, each with fp16 and with int8 keys and values; AVX2_PICK names the one for d, B, i8. */
+#define TF_ATTEND_AVX2(NAME, W, QK, QG)                                                            \
+TF_ATTEND(NAME##_64, TF_AVX2, W, QK, QG, PV_AVX2, 3, 64, 32, uint16_t, 0)                          \
+TF_ATTEND(NAME##_128, TF_AVX2, W, QK, QG, PV_AVX2, 3, 128, 32, uint16_t, 0)                        \
+TF_ATTEND(NAME, TF_AVX2, W, QK, QG, PV_AVX2, 3, 0, 0, uint16_t, 0)                                 \
+TF_ATTEND(NAME##_64_i8, TF_AVX2, W, QK, QG, PV_AVX2, 3, 64, 32, int8_t, 1)                         \
+TF_ATTEND(NAME##_128_i8, TF_AVX2, W, QK, QG, PV_AVX2, 3, 128, 32, int8_t, 1)                       \
+TF_ATTEND(NAME##_i8, TF_AVX2, W, QK, QG, PV_AVX2, 3, 0, 0, int8_t, 1)
+#define AVX2_PICK(NAME, d, B, i8)                                                                  \
+    ((d) == 64 && (B) == 32 ? ((i8) ? NAME##_64_i8 : NAME##_64)                                    \
+     : (d) == 128 && (B) == 32 ? ((i8) ? NAME##_128_i8 : NAME##_128) : ((i8) ? NAME##_i8 : NAME))
+TF_ATTEND_AVX2(attend_avx2, 16, QK_AVX2, 3)
 #define QKW_AVX2(GN) qkw_avx2(GN, d, q + g0 * d, kb + j, i8_, B, s + (int64_t)g0 * Lp + j0 + j, Lp)
-TF_ATTEND(attendw_avx2_64, TF_AVX2, 8, QKW_AVX2, 7, PV_AVX2, 3, 64, 32, uint16_t, 0)
-TF_ATTEND(attendw_avx2_128, TF_AVX2, 8, QKW_AVX2, 7, PV_AVX2, 3, 128, 32, uint16_t, 0)
-TF_ATTEND(attendw_avx2, TF_AVX2, 8, QKW_AVX2, 7, PV_AVX2, 3, 0, 0, uint16_t, 0)
-TF_ATTEND(attendw_avx2_64_i8, TF_AVX2, 8, QKW_AVX2, 7, PV_AVX2, 3, 64, 32, int8_t, 1)
-TF_ATTEND(attendw_avx2_128_i8, TF_AVX2, 8, QKW_AVX2, 7, PV_AVX2, 3, 128, 32, int8_t, 1)
-TF_ATTEND(attendw_avx2_i8, TF_AVX2, 8, QKW_AVX2, 7, PV_AVX2, 3, 0, 0, int8_t, 1)
+TF_ATTEND_AVX2(attendw_avx2, 8, QKW_AVX2, 7)
 #define QK_AVX512(GN) QK_KEYS(v16f, h16, fma16, bcast16, store16, GN)
 #define PV_AVX512(GN) PV_ROWS(v16f, 16, h16, fma16, bcast16, load16, store16, GN, 4)
 TF_ATTEND(attend_avx512, TF_AVX512, 16, QK_AVX512, 3, PV_AVX512, 3, 0, 0, uint16_t, 0)
@@ -636,13 +637,9 @@ void tf_attend(const tf_attn *t, int row, int h0, int h1, float *scratch) {
     void (*fn)(const tf_attn *, int, int, int, float *) = i8 ? attend_soft_i8 : attend_soft;
 #ifdef TF_X86
     if (isa == 2 && d % 64 == 0) fn = i8 ? attend_avx512_i8 : attend_avx512;
-    else if (isa >= 1 && d % 32 == 0 && t->heads > 3 * t->kv_heads) {       /* four or more heads a kv head */
-        if (d == 64 && t->block_size == 32) fn = i8 ? attendw_avx2_64_i8 : attendw_avx2_64;
-        else if (d == 128 && t->block_size == 32) fn = i8 ? attendw_avx2_128_i8 : attendw_avx2_128;
-        else fn = i8 ? attendw_avx2_i8 : attendw_avx2;
-    } else if (isa >= 1 && d == 64 && t->block_size == 32) fn = i8 ? attend_avx2_64_i8 : attend_avx2_64;
-    else if (isa >= 1 && d == 128 && t->block_size == 32) fn = i8 ? attend_avx2_128_i8 : attend_avx2_128;
-    else if (isa >= 1 && d % 32 == 0) fn = i8 ? attend_avx2_i8 : attend_avx2;
+    else if (isa >= 1 && d % 32 == 0)              /* four or more query heads a kv head: the wide form */
+        fn = t->heads > 3 * t->kv_heads ? AVX2_PICK(attendw_avx2, d, t->block_size, i8)
+                                        : AVX2_PICK(attend_avx2, d, t->block_size, i8);
 #endif
 #ifdef TF_NEON
     if (isa == 3 && d % 32 == 0) fn = i8 ? attend_neon_i8 : attend_neon;
