@@ -148,10 +148,10 @@ static void check_attend(int d, int B, int i8, int KVH, int H) {
     for (int i = 0; i < H * d; i++) q[i] = frnd() * 0.3f;
     attend_case c = {{q, NULL, 1, H, KVH, d, B, H * d, H * d, &pos, &offset, table, kc, vc, bytes,
                       i8 ? ks : NULL, i8 ? vs : NULL}, 0};
-    char label[64];
+    char label[64], heads[8] = "";                  /* query heads a kv head, named where not three */
+    if (H != 3 * KVH) snprintf(heads, sizeof heads, "-g%d", H / KVH);
     for (c.by_head = 0; c.by_head < 2; c.by_head++) {
-        snprintf(label, sizeof label, "attend%s-d%d-block%d%s%s", i8 ? "-int8" : "", d, B, H == 3 * KVH ? "" : H == 7 * KVH ? "-g7" : "-g8",
-                 c.by_head ? "-by-head" : "");
+        snprintf(label, sizeof label, "attend%s-d%d-block%d%s%s", i8 ? "-int8" : "", d, B, heads, c.by_head ? "-by-head" : "");
         compare(label, run_attend, &c, (size_t)H * d);
     }
 }

@@ -468,6 +468,14 @@ TF_AVX2 TF_INLINE __m256 kv8_avx2(const void *p, int64_t i, int i8) {
     if (i8) return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const int8_t *)p + i))));
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
 }
+/* Chains l and l + 1's pair sum (l even) into the score row at sp, in the tree8 order
+ * ((0+1)+(2+3))+((4+5)+(6+7)); *p45 keeps (4+5) until (6+7) comes. */
+TF_AVX2 TF_INLINE void tree_pair_avx2(float *sp, int l, __m256 pair, __m256 *p45) {
+    if (l == 0) _mm256_storeu_ps(sp, pair);
+    else if (l == 2) _mm256_storeu_ps(sp, _mm256_add_ps(_mm256_loadu_ps(sp), pair));
+    else if (l == 4) *p45 = pair;
+    else _mm256_storeu_ps(sp, _mm256_add_ps(_mm256_loadu_ps(sp), _mm256_add_ps(*p45, pair)));
+}
 TF_AVX2 TF_INLINE void qk_avx2(int GN, int d, const float *q, const void *k, int i8, int B, float *s, int Lp) {
     __m256 p45[3][2];
     _Pragma("GCC unroll 4") for (int l = 0; l < 8; l += 2) {
@@ -485,14 +493,8 @@ TF_AVX2 TF_INLINE void qk_avx2(int GN, int d, const float *q, const void *k, int
                 }
             }
         _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++)
-            _Pragma("GCC unroll 2") for (int u = 0; u < 2; u++) {
-                float *sp = s + (int64_t)g * Lp + 8 * u;
-                __m256 pair = _mm256_add_ps(c[g][0][u], c[g][1][u]);
-                if (l == 0) _mm256_storeu_ps(sp, pair);
-                else if (l == 2) _mm256_storeu_ps(sp, _mm256_add_ps(_mm256_loadu_ps(sp), pair));
-                else if (l == 4) p45[g][u] = pair;
-                else _mm256_storeu_ps(sp, _mm256_add_ps(_mm256_loadu_ps(sp), _mm256_add_ps(p45[g][u], pair)));
-            }
+            _Pragma("GCC unroll 2") for (int u = 0; u < 2; u++)
+                tree_pair_avx2(s + (int64_t)g * Lp + 8 * u, l, _mm256_add_ps(c[g][0][u], c[g][1][u]), &p45[g][u]);
     }
 }
 
@@ -530,14 +532,8 @@ TF_AVX2 TF_INLINE void qkw_avx2(int GN, int d, const float *q, const void *k, in
                 _Pragma("GCC unroll 7") for (int g = 0; g < GN; g++)
                     c[g][h] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + g * d + i + l + h), kv, c[g][h]);
             }
-        _Pragma("GCC unroll 7") for (int g = 0; g < GN; g++) {
-            float *sp = s + (int64_t)g * Lp;
-            __m256 pair = _mm256_add_ps(c[g][0], c[g][1]);
-            if (l == 0) _mm256_storeu_ps(sp, pair);
-            else if (l == 2) _mm256_storeu_ps(sp, _mm256_add_ps(_mm256_loadu_ps(sp), pair));
-            else if (l == 4) p45[g] = pair;
-            else _mm256_storeu_ps(sp, _mm256_add_ps(_mm256_loadu_ps(sp), _mm256_add_ps(p45[g], pair)));
-        }
+        _Pragma("GCC unroll 7") for (int g = 0; g < GN; g++)
+            tree_pair_avx2(s + (int64_t)g * Lp, l, _mm256_add_ps(c[g][0], c[g][1]), &p45[g]);
     }
 }
 #define QK_AVX2(GN) qk_avx2(GN, d, q + g0 * d, kb + j, i8_, B, s + (int64_t)g0 * Lp + j0 + j, Lp)
