@@ -17,6 +17,20 @@ import torch.nn.functional as F
 from tensorfold.backends.torch import kernels as K
 
 DTYPES = [torch.float32, torch.bfloat16]
+# CUDA serves on these kernels: where a GPU is present every check runs there too
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+DEV = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True, params=DEVICES)
+def device(request):
+    """Inputs are drawn on the CPU (the same values everywhere) and moved to the device."""
+    global DEV
+    DEV = torch.device(request.param)
+    try:
+        yield DEV
+    finally:
+        DEV = torch.device("cpu")
 
 
 @pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
@@ -48,7 +62,7 @@ def gen(seed: int) -> torch.Generator:
 
 
 def rand(*shape, dtype=torch.float32, g=None, scale=1.0) -> torch.Tensor:
-    return (torch.randn(*shape, generator=g) * scale).to(dtype)
+    return (torch.randn(*shape, generator=g) * scale).to(dtype).to(DEV)
 
 
 def check_rowwise(fn, xs, g: torch.Generator, max_rows: int = 40, other_scale=1.0) -> None:
@@ -81,7 +95,7 @@ def check_rowwise(fn, xs, g: torch.Generator, max_rows: int = 40, other_scale=1.
         assert same(fn(*batch)[pos:pos + 1], ref[i:i + 1]), f"row {i} at {pos} of {m}"
     views = []
     for x in xs:
-        buf = torch.empty(x.numel() + 1, dtype=x.dtype)
+        buf = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)
         view = buf[1:].view(x.shape)                # not 64-byte aligned
         view.copy_(x)
         views.append(view)
@@ -136,7 +150,7 @@ def test_linear_accuracy(dtype):
 
 def test_rms_norm_rows_are_invariant(dtype, threads):
     g = gen(5)
-    w = (1 + 0.1 * torch.randn(576, generator=g)).to(dtype)
+    w = (1 + 0.1 * torch.randn(576, generator=g)).to(dtype).to(DEV)
     x = rand(300, 576, dtype=dtype, g=g, scale=3.0)
     check_rowwise(lambda t: K.rms_norm(t, w, 1e-5), x, g, other_scale=100.0)
     x = rand(64, 77, dtype=dtype, g=g)                  # odd width: vector tails
@@ -157,7 +171,7 @@ def test_exp_is_elementwise_exact(threads):
     """Each element's exp bits depend on its value only: the same values at
     every offset and in tensors of many sizes give the same bits."""
     g = gen(7)
-    vals = torch.cat([torch.rand(4000, generator=g) * 200 - 105, torch.tensor([0.0, -0.0, float("-inf"), -104.0])])
+    vals = torch.cat([torch.rand(4000, generator=g) * 200 - 105, torch.tensor([0.0, -0.0, float("-inf"), -104.0])]).to(DEV)
     ref = K.exact_exp32(vals)
     for n in (1, 3, 15, 16, 17, 31, 33, 4004):
         for s in range(0, 4004, 997):
@@ -171,9 +185,9 @@ def test_exp_is_elementwise_exact(threads):
 def test_rope_rows_are_invariant(dtype, threads):
     g = gen(8)
     inv = 1.0 / (10000 ** (torch.arange(0, 64, 2, dtype=torch.float64) / 64))
-    cos, sin = K.rope_tables(inv, 512)
+    cos, sin = (t.to(DEV) for t in K.rope_tables(inv, 512))     # built on the CPU, as the models do
     x = rand(300, 9, 64, dtype=dtype, g=g)              # [rows, heads, hd]
-    pos = torch.randperm(512, generator=g)[:300]
+    pos = torch.randperm(512, generator=g)[:300].to(DEV)
 
     def fn(x, cos, sin):
         return K.apply_rope(x.transpose(0, 1), cos, sin).transpose(0, 1)
@@ -192,16 +206,16 @@ def test_elementwise_accuracy(dtype):
     assert ((got - ref).abs() <= tol * ref.abs() + 1e-30).all()
 
     x = rand(64, 576, g=g, scale=2.0).to(dtype)
-    w = (1 + 0.1 * torch.randn(576, generator=g)).to(dtype)
+    w = (1 + 0.1 * torch.randn(576, generator=g)).to(dtype).to(DEV)
     xd = x.double()
     ref = w.double() * (xd / torch.sqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-5))
     got = K.rms_norm(x, w, 1e-5).double()
     tol = 5e-7 if dtype == torch.float32 else 1.6e-2
     assert ((got - ref).abs() <= tol * ref.abs() + 1e-6).all()
 
-    e = torch.rand(100000, generator=g) * 175 - 87      # [-87, 88]
+    e = (torch.rand(100000, generator=g) * 175 - 87).to(DEV)      # [-87, 88]
     got, ref = K.exact_exp32(e).double(), torch.exp(e.double())
-    ulp = (torch.nextafter(ref.float(), torch.tensor(float("inf"))) - ref.float()).double()
+    ulp = (torch.nextafter(ref.float(), torch.full_like(ref.float(), float("inf"))) - ref.float()).double()
     assert ((got - ref).abs() <= ulp).all()
 
 
@@ -212,7 +226,7 @@ def garbage_pool(blocks, kvh, bsz, hd, dtype, g):
     pool = torch.randn(blocks, kvh, bsz, hd, generator=g) * 1e30
     pool.view(-1)[::3] = float("nan")
     pool.view(-1)[1::7] = float("inf")
-    return pool.to(dtype)
+    return pool.to(dtype).to(DEV)
 
 
 def write(pool, table, start, x):
@@ -239,7 +253,7 @@ class Seq:
         g = gen(100 + seed)
         nblk = -(-self.n // bsz)
         perm = torch.randperm(pool_blocks, generator=g)
-        table = perm[:nblk + extra]
+        table = perm[:nblk + extra].to(DEV)
         kp = garbage_pool(pool_blocks, self.kvh, bsz, self.hd, self.dtype, g)
         vp = garbage_pool(pool_blocks, self.kvh, bsz, self.hd, self.dtype, g)
         outs, s = [], 0
@@ -281,11 +295,12 @@ def test_paged_attention_decode_far_from_chunk_edges(dtype, threads):
 
 
 def test_paged_attention_refuses_short_table():
-    q = torch.randn(4, 3, 16)
-    pool = torch.randn(8, 2, 16, 16)
+    q = torch.randn(4, 3, 16, device=DEV)
+    pool = torch.randn(8, 2, 16, 16, device=DEV)
+    table = torch.tensor([0], device=DEV)
     with pytest.raises(ValueError):
-        K.paged_attention(q, pool, pool, torch.tensor([0]), 14)  # needs 2 blocks
-    assert K.paged_attention(q[:, :0], pool, pool, torch.tensor([0]), 5).shape == (0, 64)
+        K.paged_attention(q, pool, pool, table, 14)  # needs 2 blocks
+    assert K.paged_attention(q[:, :0], pool, pool, table, 5).shape == (0, 64)
 
 
 def test_causal_attention_matches_paged(dtype):
@@ -300,7 +315,7 @@ def test_paged_attention_accuracy(dtype):
     seq = Seq(300, 9, 3, 64, dtype, seed=14, scale=2.0)
     got = seq.run([100, 200]).double()
     q, k, v = seq.q.double(), seq.k.double(), seq.v.double()
-    mask = torch.ones(300, 300, dtype=torch.bool).tril()
+    mask = torch.ones(300, 300, dtype=torch.bool, device=DEV).tril()
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
     ref = ref.transpose(0, 1).reshape(300, -1)
     err = (got - ref).abs().max().item()
@@ -323,15 +338,15 @@ class TinyLayer:
         self.q, self.k, self.v = r(heads * hd, hidden), r(kvh * hd, hidden), r(kvh * hd, hidden)
         self.qb = rand(heads * hd, dtype=dtype, g=g, scale=0.1)
         self.o, self.gate, self.up, self.down = r(hidden, heads * hd), r(inter, hidden), r(inter, hidden), r(hidden, inter)
-        self.n1 = (1 + 0.1 * torch.randn(hidden, generator=g)).to(dtype)
-        self.n2 = (1 + 0.1 * torch.randn(hidden, generator=g)).to(dtype)
+        self.n1 = (1 + 0.1 * torch.randn(hidden, generator=g)).to(dtype).to(DEV)
+        self.n2 = (1 + 0.1 * torch.randn(hidden, generator=g)).to(dtype).to(DEV)
         self.head = r(97, hidden)
         inv = 1.0 / (10000 ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
-        self.cos, self.sin = K.rope_tables(inv, 256)
+        self.cos, self.sin = (t.to(DEV) for t in K.rope_tables(inv, 256))
         self.heads, self.kvh, self.hd, self.bsz = heads, kvh, hd, bsz
         self.kp = garbage_pool(pool, kvh, bsz, hd, dtype, g)
         self.vp = garbage_pool(pool, kvh, bsz, hd, dtype, g)
-        self.table = torch.randperm(pool, generator=g)
+        self.table = torch.randperm(pool, generator=g).to(DEV)
 
     def forward(self, x, start):
         rows = x.shape[0]
@@ -360,4 +375,4 @@ def test_tiny_layer_whole_chunked_row_by_row(dtype, threads):
 
 def test_linear_tile_constants_are_sane():
     assert K.LINEAR_TILE >= 1 and K.ATTN_ROW_TILE >= 1 and K.ATTN_KEY_CHUNK >= 1
-    assert math.isfinite(K.exact_exp32(torch.tensor([-1.0])).item())
+    assert math.isfinite(K.exact_exp32(torch.tensor([-1.0], device=DEV)).item())
