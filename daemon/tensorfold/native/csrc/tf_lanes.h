@@ -14,7 +14,6 @@
 #define TF_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define TF_INLINE static inline __attribute__((always_inline))
 #define TF_UNROLL _Pragma("GCC unroll 4")
-#define TF_AHEAD 4                  /* tiles of weights prefetched ahead */
 /* An integer sum's running value, made to exist in a register here: without it GCC
  * regroups a long unrolled sum into a tree whose leaves wait on the stack (the AVX2
  * tiles spilled a vector per product).  Integer sums are exact in any grouping. */
