@@ -62,7 +62,12 @@ def gen(seed: int) -> torch.Generator:
 
 
 def rand(*shape, dtype=torch.float32, g=None, scale=1.0) -> torch.Tensor:
-    return (torch.randn(*shape, generator=g) * scale).to(dtype).to(DEV)
+    return (torch.randn(*shape, generator=g) * scale).to(DEV, dtype)
+
+
+def norm_weight(n, dtype, g) -> torch.Tensor:
+    """An RMS-norm weight near 1."""
+    return (1 + 0.1 * torch.randn(n, generator=g)).to(DEV, dtype)
 
 
 def check_rowwise(fn, xs, g: torch.Generator, max_rows: int = 40, other_scale=1.0) -> None:
@@ -150,7 +155,7 @@ def test_linear_accuracy(dtype):
 
 def test_rms_norm_rows_are_invariant(dtype, threads):
     g = gen(5)
-    w = (1 + 0.1 * torch.randn(576, generator=g)).to(dtype).to(DEV)
+    w = norm_weight(576, dtype, g)
     x = rand(300, 576, dtype=dtype, g=g, scale=3.0)
     check_rowwise(lambda t: K.rms_norm(t, w, 1e-5), x, g, other_scale=100.0)
     x = rand(64, 77, dtype=dtype, g=g)                  # odd width: vector tails
@@ -206,7 +211,7 @@ def test_elementwise_accuracy(dtype):
     assert ((got - ref).abs() <= tol * ref.abs() + 1e-30).all()
 
     x = rand(64, 576, g=g, scale=2.0).to(dtype)
-    w = (1 + 0.1 * torch.randn(576, generator=g)).to(dtype).to(DEV)
+    w = norm_weight(576, dtype, g)
     xd = x.double()
     ref = w.double() * (xd / torch.sqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-5))
     got = K.rms_norm(x, w, 1e-5).double()
@@ -226,7 +231,7 @@ def garbage_pool(blocks, kvh, bsz, hd, dtype, g):
     pool = torch.randn(blocks, kvh, bsz, hd, generator=g) * 1e30
     pool.view(-1)[::3] = float("nan")
     pool.view(-1)[1::7] = float("inf")
-    return pool.to(dtype).to(DEV)
+    return pool.to(DEV, dtype)
 
 
 def write(pool, table, start, x):
@@ -338,8 +343,8 @@ class TinyLayer:
         self.q, self.k, self.v = r(heads * hd, hidden), r(kvh * hd, hidden), r(kvh * hd, hidden)
         self.qb = rand(heads * hd, dtype=dtype, g=g, scale=0.1)
         self.o, self.gate, self.up, self.down = r(hidden, heads * hd), r(inter, hidden), r(inter, hidden), r(hidden, inter)
-        self.n1 = (1 + 0.1 * torch.randn(hidden, generator=g)).to(dtype).to(DEV)
-        self.n2 = (1 + 0.1 * torch.randn(hidden, generator=g)).to(dtype).to(DEV)
+        self.n1 = norm_weight(hidden, dtype, g)
+        self.n2 = norm_weight(hidden, dtype, g)
         self.head = r(97, hidden)
         inv = 1.0 / (10000 ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
         self.cos, self.sin = (t.to(DEV) for t in K.rope_tables(inv, 256))
