@@ -57,7 +57,7 @@ static tf_acts make_acts(int rows, int k) {
     float *x = zalloc(k * 4);
     for (int r = 0; r < rows; r++) {
         for (int i = 0; i < k; i++) x[i] = frnd() * (float)(1 + i % 7);
-        tf_quantize_row(x, k, a.q + r * k, a.s + r * k / 32, a.sum + r * k / 32, a.xsum + r * k / 32);
+        tf_quantize_row(x, k, a.q + r * k, a.s + r * k / 32, a.base + r * k / 32, a.xsum + r * k / 32);
         tf_quantize_row_k(x, k, a.qk + r * k, a.sk + r * k / 256, a.bs + r * k / 16, a.qku + r * k);
     }
     free(x);

@@ -103,7 +103,7 @@ static void brows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, floa
  * in the order a pass reads them (a group's blocks, then the next group's), so on a
  * group's first pass over a chunk of rows the bytes BDIST ahead are prefetched,
  * values and scales alike.  It declares fmt, flags, QB, SB, rec and meta (block 0's),
- * and rows r0.. of the activations from xq0, xs0, xsum0 and sum0. */
+ * and rows r0.. of the activations from xq0, xs0, xsum0 and base0. */
 #ifndef TF_BDIST
 #define TF_BDIST 8192
 #endif
@@ -114,8 +114,8 @@ static void brows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, floa
     const uint8_t *rec = bbits(w, g, 0), *meta = bmeta(w, g, 0);                                    \
     const int8_t *xq0 = (a)->q + (int64_t)(r0) * (k);                                               \
     const float *xs0 = (a)->s + (int64_t)(r0) * (nb), *xsum0 = (a)->xsum + (int64_t)(r0) * (nb);    \
-    const float *sum0 = (a)->sum + (int64_t)(r0) * (nb);                                            \
-    (void)sum0
+    const int32_t *base0 = (a)->base + (int64_t)(r0) * (nb);                                        \
+    (void)base0
 #define BLOCK_AHEAD(ahead, rec, meta)                                                                \
     do {                                                                                            \
         if (ahead) {                                                                                \
@@ -221,8 +221,9 @@ TF_VNNI TF_INLINE __m512i dpbusd_x4(__m512i p, __m512i v, const int8_t *x) {
 }
 
 /* AVX-512 VNNI: group g by RT rows, a block at a time: the eight vectors unpacked once
- * (Q8 offset to unsigned by 128, taken back exactly as 128 * the row's q sum), one
- * dpbusd per vector and row. */
+ * (Q8 offset to unsigned by 128, taken back exactly by starting the total at -128 * the
+ * row's q sum, where it was an fp32 multiply-add on the multiply pipe: a tenth of the
+ * Q8 tile's), one dpbusd per vector and row. */
 TF_VNNI TF_INLINE void btile_vnni(const tf_weight *w, int64_t g, const tf_acts *a, int r0, int RT,
                                   float *y, int ldy, int n0, int n1, int ahead, int Q4, int HIGH, int MIN) {
     int64_t k = w->k, nb = k / 32;
@@ -247,11 +248,10 @@ TF_VNNI TF_INLINE void btile_vnni(const tf_weight *w, int64_t g, const tf_acts *
         _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {
             int64_t at = r * nb + b;
             const int8_t *xq = xq0 + r * k + b * 32;
-            __m512i p = _mm512_setzero_si512();
+            __m512i p = Q4 ? _mm512_setzero_si512() : _mm512_set1_epi32(base0[at]);
             _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
                 p = dpbusd_x4(p, v[j], xq + 4 * j);
             __m512 P = _mm512_cvtepi32_ps(p);
-            if (!Q4) P = _mm512_fnmadd_ps(_mm512_set1_ps(sum0[at]), _mm512_set1_ps(128.0f), P);   /* exact */
             TF_BFINISH(acc[r], P, xs0[at], xsum0[at], d, mn, MIN, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_set1_ps);
         }
     }

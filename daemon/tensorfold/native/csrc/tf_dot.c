@@ -83,15 +83,15 @@ TF_AVX2 TF_INLINE void quant32_avx2(const float *x, __m256 id, __m256i order, in
     if (qu) _mm256_storeu_si256((__m256i *)qu, _mm256_xor_si256(p, _mm256_set1_epi8((char)0x80)));
 }
 
-TF_AVX2 static void quantize_row_avx2(const float *x, int k, int8_t *q, float *s, float *sum, float *xsum) {
+TF_AVX2 static void quantize_row_avx2(const float *x, int k, int8_t *q, float *s, int32_t *base, float *xsum) {
     const __m256i natural = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int b = 0; b < k / 32; b++) {
         float id;
         s[b] = scale_of(amax_avx2(x + b * 32, 32), &id);
         int32_t s0, s1;
         quant32_avx2(x + b * 32, _mm256_set1_ps(id), natural, q + b * 32, NULL, &s0, &s1);
-        sum[b] = (float)(s0 + s1);
-        xsum[b] = s[b] * sum[b];
+        base[b] = -128 * (s0 + s1);
+        xsum[b] = s[b] * (float)(s0 + s1);
     }
 }
 
@@ -117,15 +117,16 @@ float tf_quantize_head(const float *x, int n, int8_t *q) {
     return d;
 }
 
-void tf_quantize_row(const float *x, int k, int8_t *q, float *s, float *sum, float *xsum) {
+void tf_quantize_row(const float *x, int k, int8_t *q, float *s, int32_t *base, float *xsum) {
 #ifdef TF_X86
-    if (tf_isa() >= 1) { quantize_row_avx2(x, k, q, s, sum, xsum); return; }
+    if (tf_isa() >= 1) { quantize_row_avx2(x, k, q, s, base, xsum); return; }
 #endif
     for (int b = 0; b < k / 32; b++) {
         float id;
         s[b] = act_scale(x + b * 32, 32, &id);
-        sum[b] = (float)act_quant(x + b * 32, 32, id, q + b * 32);   /* exact: |sum| <= 32 * 127 */
-        xsum[b] = s[b] * sum[b];
+        int32_t sum = act_quant(x + b * 32, 32, id, q + b * 32);     /* |sum| <= 32 * 127 */
+        base[b] = -128 * sum;
+        xsum[b] = s[b] * (float)sum;
     }
 }
 

@@ -10,7 +10,8 @@ typedef struct {
     int32_t rows, k;
     int8_t *q;            /* rows * k */
     float *s;             /* rows * k/32 */
-    float *sum;           /* rows * k/32: the sum of each block's q (exact) */
+    int32_t *base;        /* rows * k/32: -128 times the sum of each block's q (exact): the
+                             starting total of the VNNI Q8 tiles, whose weights are offset to unsigned */
     float *xsum;          /* rows * k/32: s * sum, the factor of a block's min term */
     int8_t *qk;           /* rows * k; within each block of 32, element 16h + 4m + i at 8m + 4h + i */
     float *sk;            /* rows * k/256 */
@@ -40,7 +41,7 @@ static inline void tf_tiles(const tf_tile_fn *shapes, int size, int rmax, const 
     }
 }
 
-void tf_quantize_row(const float *x, int k, int8_t *q, float *s, float *sum, float *xsum);
+void tf_quantize_row(const float *x, int k, int8_t *q, float *s, int32_t *base, float *xsum);
 /* n values (a kv head's key or value) as int8 codes q, by the activations' rule over all n; returns d */
 float tf_quantize_head(const float *x, int n, int8_t *q);
 void tf_quantize_row_k(const float *x, int k, int8_t *q, float *s, int16_t *bs, uint8_t *qu);

@@ -25,7 +25,8 @@ static void split(int64_t n, int ith, int nth, int64_t *a, int64_t *b) {
 typedef struct {
     int8_t *q, *qk;
     uint8_t *qku;
-    float *s, *sum, *xsum, *sk;
+    float *s, *xsum, *sk;
+    int32_t *base;
     int16_t *bs;
     float *tmp;
 } lin_scratch;
@@ -47,7 +48,7 @@ static int act_forms(const tf_weight *const *parts, int nparts) {
 /* Row r of x (k inputs a row) quantized into sc in `forms`: a function of the row alone. */
 static void quantize_into(const lin_scratch *sc, int forms, const float *x, int64_t r, int64_t k) {
     if (forms & A_BLOCKS)
-        tf_quantize_row(x + r * k, (int)k, sc->q + r * k, sc->s + r * (k / 32), sc->sum + r * (k / 32),
+        tf_quantize_row(x + r * k, (int)k, sc->q + r * k, sc->s + r * (k / 32), sc->base + r * (k / 32),
                         sc->xsum + r * (k / 32));
     if (forms & A_SUPERS)
         tf_quantize_row_k(x + r * k, (int)k, sc->qk + r * k, sc->sk + r * (k / 256), sc->bs + r * (k / 16),
@@ -112,7 +113,7 @@ static void linear(const tf_weight *const *parts, int nparts, const float *x, in
     for (int i = 0; i < nparts; i++) n += parts[i]->n;
     int k = parts[0]->k;
     tf_acts a = {rows, k};
-    if (forms & A_BLOCKS) { a.q = sc->q; a.s = sc->s; a.sum = sc->sum; a.xsum = sc->xsum; }
+    if (forms & A_BLOCKS) { a.q = sc->q; a.s = sc->s; a.base = sc->base; a.xsum = sc->xsum; }
     if (forms & A_SUPERS) { a.qk = sc->qk; a.sk = sc->sk; a.bs = sc->bs; }
     if (forms & A_K6) a.qku = sc->qku;              /* only Q6_K reads the unsigned copy */
     lin_job j = {parts, nparts, n, k, x, a, sc, forms, sc->tmp, y, ldy, accum};
@@ -127,18 +128,18 @@ static void linear(const tf_weight *const *parts, int nparts, const float *x, in
 static int alloc_scratch(lin_scratch *sc, int64_t rows, int64_t k, int64_t outs) {
     sc->q = malloc((size_t)(rows * k));
     sc->s = malloc(sizeof(float) * (size_t)(rows * (k / 32)));
-    sc->sum = malloc(sizeof(float) * (size_t)(rows * (k / 32)));
+    sc->base = malloc(sizeof(int32_t) * (size_t)(rows * (k / 32)));
     sc->xsum = malloc(sizeof(float) * (size_t)(rows * (k / 32)));
     sc->qk = malloc((size_t)(rows * k));
     sc->qku = malloc((size_t)(rows * k));
     sc->sk = malloc(sizeof(float) * (size_t)(rows * (k / 256) + 1));
     sc->bs = malloc(sizeof(int16_t) * (size_t)(rows * (k / 16)));
     sc->tmp = malloc(sizeof(float) * (size_t)outs);
-    return sc->q && sc->s && sc->sum && sc->xsum && sc->qk && sc->qku && sc->sk && sc->bs && sc->tmp;
+    return sc->q && sc->s && sc->base && sc->xsum && sc->qk && sc->qku && sc->sk && sc->bs && sc->tmp;
 }
 
 static void free_scratch(lin_scratch *sc) {
-    free(sc->q); free(sc->s); free(sc->sum); free(sc->xsum); free(sc->qk); free(sc->qku); free(sc->sk); free(sc->bs); free(sc->tmp);
+    free(sc->q); free(sc->s); free(sc->base); free(sc->xsum); free(sc->qk); free(sc->qku); free(sc->sk); free(sc->bs); free(sc->tmp);
 }
 
 int tf_linear(const tf_weight *w, const float *x, int rows, float *y) {
