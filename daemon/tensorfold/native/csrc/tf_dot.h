@@ -12,7 +12,7 @@ typedef struct {
     float *s;             /* rows * k/32 */
     int32_t *base;        /* rows * k/32: -128 times the sum of each block's q (exact): the
                              starting total of the VNNI Q8 tiles, whose weights are offset to unsigned */
-    float *xsum;          /* rows * k/32: s * sum, the factor of a block's min term */
+    float *xsum;          /* rows * k/32: s times the sum of the block's q, the factor of its min term */
     int8_t *qk;           /* rows * k; within each block of 32, element 16h + 4m + i at 8m + 4h + i */
     float *sk;            /* rows * k/256 */
     uint8_t *qku;         /* rows * k: qk + 128 as unsigned bytes (read by K6 on AVX-512 VNNI), or NULL */
