@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 static uint32_t seed = 12345;
@@ -199,6 +200,9 @@ int main(void) {
         xa[i] = frnd() * 12.0f;
         xb[i] = frnd();
     }
+    xa[7] = -95.0f;                 /* exp's clamp at -88 (softmax and SiLU) and at 88 (SiLU) */
+    xa[40] = 100.0f;
+    xa[600] = NAN;                  /* a NaN passes through exp, in a vector of sixteen */
     compare("softmax", run_softmax, NULL, N + 2);
     compare("silu_mul", run_silu_mul, NULL, N);
     compare("rms_norm", run_rms_norm, NULL, N);
