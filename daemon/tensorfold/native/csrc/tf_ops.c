@@ -88,44 +88,38 @@ static inline v8f bcast8(float x) { v8f v = {x, x, x, x, x, x, x, x}; return v; 
 static inline void store8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
 #ifdef TF_X86
 typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-typedef int32_t v16i __attribute__((vector_size(64)));
 #define TF_AVX512 __attribute__((target("avx2,fma,f16c,avx512f")))
 TF_AVX2 TF_INLINE v8f bcast8v(float x) { return (v8f)_mm256_set1_ps(x); }     /* a constant stays one */
 TF_AVX512 TF_INLINE v16f bcast16(float x) { return (v16f)_mm512_set1_ps(x); }
 TF_AVX512 TF_INLINE v16f load16(const float *p) { return (v16f)_mm512_loadu_ps(p); }
 TF_AVX512 TF_INLINE void store16(float *p, v16f v) { _mm512_storeu_ps(p, (__m512)v); }
 
-/* exp_ in every lane: the same operations in the same order (a NaN passes through). */
-#define TF_VEXP(NAME, SEL, ATTR, VT, VI, BCAST)                                                    \
-ATTR TF_INLINE VT SEL(VI m, VT a, VT b) { return (VT)((m & (VI)a) | (~m & (VI)b)); }             \
-ATTR TF_INLINE VT NAME(VT x) {                                                                    \
-    VT c = SEL(x < -88.0f, BCAST(-88.0f), SEL(x > 88.0f, BCAST(88.0f), x));                       \
-    EXP_PARTS(VT, c, n, p);                                                                       \
-    VI bits = (__builtin_convertvector(n, VI) + 127) << 23;                                       \
-    return SEL(x != x, x, p * (VT)bits);                                                          \
+/* exp_ in every lane, the same operations in the same order, in named instructions (P:
+ * _mm256 or _mm512, BITS its width; FT, IT its float and integer vector types).  The clamp is a max and a
+ * min: a NaN lane clamps to -88, then NANSEL(e, x) gives x back in the lanes where x is
+ * NaN.  (Selects written as vector expressions took three instructions each.) */
+#define TF_VEXP(NAME, ATTR, VT, FT, IT, BITS, P, NANSEL)                                               \
+ATTR TF_INLINE VT NAME(VT xv) {                                                                   \
+    FT x = (FT)xv;                                                                                \
+    FT c = P##_min_ps(P##_max_ps(x, P##_set1_ps(-88.0f)), P##_set1_ps(88.0f));                    \
+    FT n = P##_sub_ps(P##_add_ps(P##_mul_ps(c, P##_set1_ps(LOG2E)), P##_set1_ps(12582912.0f)),    \
+                      P##_set1_ps(12582912.0f));                                                  \
+    FT r = P##_sub_ps(c, P##_mul_ps(n, P##_set1_ps(LN2_HI)));                                     \
+    r = P##_sub_ps(r, P##_mul_ps(n, P##_set1_ps(LN2_LO)));                                        \
+    FT p = P##_mul_ps(r, P##_set1_ps(Q4));                                                        \
+    p = P##_mul_ps(P##_add_ps(p, P##_set1_ps(Q3)), r);                                            \
+    p = P##_mul_ps(P##_add_ps(p, P##_set1_ps(Q2)), r);                                            \
+    p = P##_mul_ps(P##_add_ps(p, P##_set1_ps(Q1)), r);                                            \
+    p = P##_add_ps(p, P##_set1_ps(Q0));                                                           \
+    p = P##_add_ps(P##_add_ps(P##_mul_ps(p, P##_mul_ps(r, r)), r), P##_set1_ps(1.0f));            \
+    IT bits = P##_slli_epi32(P##_add_epi32(P##_cvttps_epi32(n), P##_set1_epi32(127)), 23);         \
+    FT e = P##_mul_ps(p, P##_castsi##BITS##_ps(bits));                                              \
+    return (VT)(NANSEL);                                                                          \
 }
-TF_VEXP(exp8v, sel8, TF_AVX2, v8f, v8i, bcast8v)
-/* AVX-512: exp_ in every lane in named instructions, the clamp as a max and a min (a NaN
- * lane clamps to -88, then takes x back through a mask); the vector form above spent
- * three instructions a select. */
-TF_AVX512 TF_INLINE v16f exp16(v16f xv) {
-    __m512 x = (__m512)xv;
-    __m512 c = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-88.0f)), _mm512_set1_ps(88.0f));
-    __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(c, _mm512_set1_ps(LOG2E)), _mm512_set1_ps(12582912.0f)),
-                             _mm512_set1_ps(12582912.0f));
-    __m512 r = _mm512_sub_ps(c, _mm512_mul_ps(n, _mm512_set1_ps(LN2_HI)));
-    r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(LN2_LO)));
-    __m512 p = _mm512_mul_ps(r, _mm512_set1_ps(Q4));
-    p = _mm512_mul_ps(_mm512_add_ps(p, _mm512_set1_ps(Q3)), r);
-    p = _mm512_mul_ps(_mm512_add_ps(p, _mm512_set1_ps(Q2)), r);
-    p = _mm512_mul_ps(_mm512_add_ps(p, _mm512_set1_ps(Q1)), r);
-    p = _mm512_add_ps(p, _mm512_set1_ps(Q0));
-    p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r), _mm512_set1_ps(1.0f));
-    __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
-    __m512 e = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
-    return (v16f)_mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
-}
+#define NANSEL8 _mm256_blendv_ps(e, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q))
+#define NANSEL16 _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x)
+TF_VEXP(exp8v, TF_AVX2, v8f, __m256, __m256i, 256, _mm256, NANSEL8)
+TF_VEXP(exp16, TF_AVX512, v16f, __m512, __m512i, 512, _mm512, NANSEL16)
 
 /* SiLU (with MUL: times u) W lanes at a time, each lane the scalar form's operations. */
 #define TF_VSILU(NAME, ATTR, VT, W, EXPV, LOAD, STORE, MUL)                                        \
@@ -319,8 +313,9 @@ TF_CLONES static void softmax_c(float *s, int G, int L, int stride, float *den) 
 
 #ifdef TF_X86
 /* tf_softmax_rows W lanes at a time: the max is the same value in any order, EXPV is exp_
- * (lane by lane), the sum stays sum8. */
-#define TF_VSOFTMAX(NAME, ATTR, VT, W, EXPV, BCAST, LOAD, STORE, MAX)                              \
+ * (lane by lane), and the sum8 lanes (element j in lane j % 8, in order) take each W exps
+ * as they come (ADD8: W / 8 adds), one pass. */
+#define TF_VSOFTMAX(NAME, ATTR, VT, W, EXPV, BCAST, LOAD, STORE, MAX, ADD8)                        \
 ATTR static void NAME(float *s, int G, int L, int stride, float *den) {                           \
     for (int g = 0; g < G; g++) {                                                                 \
         float *sg = s + (int64_t)g * stride;                                                      \
@@ -331,47 +326,31 @@ ATTR static void NAME(float *s, int G, int L, int stride, float *den) {         
         STORE(lanes, m);                                                                          \
         for (int l = 0; l < W; l++) mx = lanes[l] > mx ? lanes[l] : mx;                           \
         for (; j < L; j++) mx = sg[j] > mx ? sg[j] : mx;                                          \
-        for (j = 0; j + 4 * W <= L; j += 4 * W) {          /* four exps side by side: each a long chain */ \
-            VT e0 = EXPV(LOAD(sg + j) - mx), e1 = EXPV(LOAD(sg + j + W) - mx);                     \
-            VT e2 = EXPV(LOAD(sg + j + 2 * W) - mx), e3 = EXPV(LOAD(sg + j + 3 * W) - mx);         \
-            STORE(sg + j, e0), STORE(sg + j + W, e1), STORE(sg + j + 2 * W, e2), STORE(sg + j + 3 * W, e3); \
+        __m256 acc = _mm256_setzero_ps();                                                         \
+        for (j = 0; j + W <= L; j += W) {                                                         \
+            VT e = EXPV(LOAD(sg + j) - mx);                                                       \
+            STORE(sg + j, e);                                                                     \
+            acc = ADD8(acc, e);                                                                   \
         }                                                                                         \
-        for (; j + W <= L; j += W) STORE(sg + j, EXPV(LOAD(sg + j) - mx));                       \
-        for (; j < L; j++) sg[j] = exp_(sg[j] - mx);                                              \
-        den[g] = sum8(sg, L);                                                                     \
+        float t[8];                                                                               \
+        _mm256_storeu_ps(t, acc);                                                                 \
+        for (; j < L; j++) {                                                                      \
+            sg[j] = exp_(sg[j] - mx);                                                             \
+            t[j % 8] = t[j % 8] + sg[j];                                                          \
+        }                                                                                         \
+        den[g] = tree8(t);                                                                        \
     }                                                                                             \
 }
 TF_AVX2 TF_INLINE v8f max8v(v8f a, v8f b) { return (v8f)_mm256_max_ps((__m256)a, (__m256)b); }
 TF_AVX512 TF_INLINE v16f max16v(v16f a, v16f b) { return (v16f)_mm512_max_ps((__m512)a, (__m512)b); }
-TF_VSOFTMAX(softmax8, TF_AVX2, v8f, 8, exp8v, bcast8v, load8, store8, max8v)
-/* AVX-512: the exps and their sum in one pass, the sum8 lanes (element j in lane j % 8,
- * in order) taking each sixteen as its two halves. */
-TF_AVX512 static void softmax16(float *s, int G, int L, int stride, float *den) {
-    for (int g = 0; g < G; g++) {
-        float *sg = s + (int64_t)g * stride;
-        __m512 m = _mm512_set1_ps(sg[0]);
-        int j = 0;
-        for (; j + 16 <= L; j += 16) m = _mm512_max_ps(_mm512_loadu_ps(sg + j), m);
-        float mx = _mm512_reduce_max_ps(m);
-        mx = sg[0] > mx ? sg[0] : mx;
-        for (; j < L; j++) mx = sg[j] > mx ? sg[j] : mx;
-        __m512 mv = _mm512_set1_ps(mx);
-        __m256 acc = _mm256_setzero_ps();
-        for (j = 0; j + 16 <= L; j += 16) {
-            __m512 e = (__m512)exp16((v16f)_mm512_sub_ps(_mm512_loadu_ps(sg + j), mv));
-            _mm512_storeu_ps(sg + j, e);
-            acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
-            acc = _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
-        }
-        float t[8];
-        _mm256_storeu_ps(t, acc);
-        for (; j < L; j++) {
-            sg[j] = exp_(sg[j] - mx);
-            t[j % 8] = t[j % 8] + sg[j];
-        }
-        den[g] = tree8(t);
-    }
+TF_AVX2 TF_INLINE __m256 add8_8(__m256 acc, v8f e) { return _mm256_add_ps(acc, (__m256)e); }
+TF_AVX512 TF_INLINE __m256 add8_16(__m256 acc, v16f e) {
+    __m512 v = (__m512)e;
+    acc = _mm256_add_ps(acc, _mm512_castps512_ps256(v));
+    return _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
+TF_VSOFTMAX(softmax8, TF_AVX2, v8f, 8, exp8v, bcast8v, load8, store8, max8v, add8_8)
+TF_VSOFTMAX(softmax16, TF_AVX512, v16f, 16, exp16, bcast16, load16, store16, max16v, add8_16)
 #endif
 
 /* Each of G rows of L scores (row g at s + g*stride) as exp(s - max), and den[g]
