@@ -95,10 +95,11 @@ TF_AVX512 TF_INLINE v16f load16(const float *p) { return (v16f)_mm512_loadu_ps(p
 TF_AVX512 TF_INLINE void store16(float *p, v16f v) { _mm512_storeu_ps(p, (__m512)v); }
 
 /* exp_ in every lane, the same operations in the same order, in named instructions (P:
- * _mm256 or _mm512, BITS its width; FT, IT its float and integer vector types).  The clamp is a max and a
- * min: a NaN lane clamps to -88, then NANSEL(e, x) gives x back in the lanes where x is
- * NaN.  (Selects written as vector expressions took three instructions each.) */
-#define TF_VEXP(NAME, ATTR, VT, FT, IT, BITS, P, NANSEL)                                               \
+ * _mm256 or _mm512, BITS its width; FT, IT its float and integer vector types).  The
+ * clamp is a max and a min: a NaN lane clamps to -88, then NANSEL gives x back in the
+ * lanes where x is NaN.  (Selects written as vector expressions took three instructions
+ * each.) */
+#define TF_VEXP(NAME, ATTR, VT, FT, IT, BITS, P, NANSEL)                                          \
 ATTR TF_INLINE VT NAME(VT xv) {                                                                   \
     FT x = (FT)xv;                                                                                \
     FT c = P##_min_ps(P##_max_ps(x, P##_set1_ps(-88.0f)), P##_set1_ps(88.0f));                    \
@@ -112,8 +113,8 @@ ATTR TF_INLINE VT NAME(VT xv) {                                                 
     p = P##_mul_ps(P##_add_ps(p, P##_set1_ps(Q1)), r);                                            \
     p = P##_add_ps(p, P##_set1_ps(Q0));                                                           \
     p = P##_add_ps(P##_add_ps(P##_mul_ps(p, P##_mul_ps(r, r)), r), P##_set1_ps(1.0f));            \
-    IT bits = P##_slli_epi32(P##_add_epi32(P##_cvttps_epi32(n), P##_set1_epi32(127)), 23);         \
-    FT e = P##_mul_ps(p, P##_castsi##BITS##_ps(bits));                                              \
+    IT bits = P##_slli_epi32(P##_add_epi32(P##_cvttps_epi32(n), P##_set1_epi32(127)), 23);        \
+    FT e = P##_mul_ps(p, P##_castsi##BITS##_ps(bits));                                            \
     return (VT)(NANSEL);                                                                          \
 }
 #define NANSEL8 _mm256_blendv_ps(e, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q))
