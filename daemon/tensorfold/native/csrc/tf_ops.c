@@ -94,33 +94,21 @@ TF_AVX512 TF_INLINE v16f bcast16(float x) { return (v16f)_mm512_set1_ps(x); }
 TF_AVX512 TF_INLINE v16f load16(const float *p) { return (v16f)_mm512_loadu_ps(p); }
 TF_AVX512 TF_INLINE void store16(float *p, v16f v) { _mm512_storeu_ps(p, (__m512)v); }
 
-/* exp_ in every lane, the same operations in the same order, in named instructions (P:
- * _mm256 or _mm512, BITS its width; FT, IT its float and integer vector types).  The
- * clamp is a max and a min: a NaN lane clamps to -88, then NANSEL gives x back in the
- * lanes where x is NaN.  (Selects written as vector expressions took three instructions
- * each.) */
-#define TF_VEXP(NAME, ATTR, VT, FT, IT, BITS, P, NANSEL)                                          \
-ATTR TF_INLINE VT NAME(VT xv) {                                                                   \
-    FT x = (FT)xv;                                                                                \
-    FT c = P##_min_ps(P##_max_ps(x, P##_set1_ps(-88.0f)), P##_set1_ps(88.0f));                    \
-    FT n = P##_sub_ps(P##_add_ps(P##_mul_ps(c, P##_set1_ps(LOG2E)), P##_set1_ps(12582912.0f)),    \
-                      P##_set1_ps(12582912.0f));                                                  \
-    FT r = P##_sub_ps(c, P##_mul_ps(n, P##_set1_ps(LN2_HI)));                                     \
-    r = P##_sub_ps(r, P##_mul_ps(n, P##_set1_ps(LN2_LO)));                                        \
-    FT p = P##_mul_ps(r, P##_set1_ps(Q4));                                                        \
-    p = P##_mul_ps(P##_add_ps(p, P##_set1_ps(Q3)), r);                                            \
-    p = P##_mul_ps(P##_add_ps(p, P##_set1_ps(Q2)), r);                                            \
-    p = P##_mul_ps(P##_add_ps(p, P##_set1_ps(Q1)), r);                                            \
-    p = P##_add_ps(p, P##_set1_ps(Q0));                                                           \
-    p = P##_add_ps(P##_add_ps(P##_mul_ps(p, P##_mul_ps(r, r)), r), P##_set1_ps(1.0f));            \
-    IT bits = P##_slli_epi32(P##_add_epi32(P##_cvttps_epi32(n), P##_set1_epi32(127)), 23);        \
-    FT e = P##_mul_ps(p, P##_castsi##BITS##_ps(bits));                                            \
-    return (VT)(NANSEL);                                                                          \
+/* exp_ in every lane: EXP_PARTS on the vector, the clamp a max and a min in named
+ * instructions (P: _mm256 or _mm512; FT, IT its float and integer vector types): a NaN
+ * lane clamps to -88, then NANSEL(e, x) gives x back where x is NaN.  (Selects written
+ * as vector expressions took three instructions each.) */
+#define TF_VEXP(NAME, ATTR, VT, FT, IT, P, NANSEL)                                                \
+ATTR TF_INLINE VT NAME(VT x) {                                                                    \
+    VT c = (VT)P##_min_ps(P##_max_ps((FT)x, P##_set1_ps(-88.0f)), P##_set1_ps(88.0f));            \
+    EXP_PARTS(VT, c, n, p);                                                                       \
+    IT bits = P##_slli_epi32(P##_add_epi32(P##_cvttps_epi32((FT)n), P##_set1_epi32(127)), 23);    \
+    return (VT)NANSEL((FT)(p * (VT)bits), (FT)x);                                                 \
 }
-#define NANSEL8 _mm256_blendv_ps(e, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q))
-#define NANSEL16 _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x)
-TF_VEXP(exp8v, TF_AVX2, v8f, __m256, __m256i, 256, _mm256, NANSEL8)
-TF_VEXP(exp16, TF_AVX512, v16f, __m512, __m512i, 512, _mm512, NANSEL16)
+#define NANSEL8(e, x) _mm256_blendv_ps(e, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q))
+#define NANSEL16(e, x) _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x)
+TF_VEXP(exp8v, TF_AVX2, v8f, __m256, __m256i, _mm256, NANSEL8)
+TF_VEXP(exp16, TF_AVX512, v16f, __m512, __m512i, _mm512, NANSEL16)
 
 /* SiLU (with MUL: times u) W lanes at a time, each lane the scalar form's operations. */
 #define TF_VSILU(NAME, ATTR, VT, W, EXPV, LOAD, STORE, MUL)                                        \
