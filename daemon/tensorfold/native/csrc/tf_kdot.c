@@ -214,23 +214,32 @@ TF_AVX2 TF_INLINE void kscales8(int F, int M6, const uint8_t *meta, __m256 *dv, 
 
 /* Group g's value bits of super-block j.  Records run in memory in the order a pass
  * reads them (a group's super-blocks, then the next group's), so on a group's first pass
- * over a chunk of rows the record KDIST on is prefetched: its scales here, and through
+ * over a chunk of rows a record further on is prefetched: its scales here, and through
  * *pf (else NULL) its bits a line at a time among the vector steps (kprefetch), not in
- * one burst.  (It prefetched the same super-block of the group four on, in one burst:
- * Qwen2.5-Coder-0.5B Q4_K_M, 8 rows, on a Zen 4 core took 45-46 ms a step; now 42.) */
-enum { KDIST = 2 };
-TF_AVX2 TF_INLINE const uint8_t *krecord(const tf_weight *w, int64_t g, int64_t j, int ahead, const uint8_t **pf) {
+ * one burst.  A tile of up to KFAR_ROWS rows waits on memory, not on its arithmetic:
+ * its bits go to L2 KFAR records on, as a core keeps more L2 misses in flight than L1
+ * ones (Qwen2.5-Coder-1.5B Q4_K_M on a Zen 4 core, 1 row: 50.7 ms a step with L1 two
+ * on, 46.3 now; 2 rows 59 -> 50; 4 rows 73 -> 65).  An 8-row VNNI tile is bound by its
+ * arithmetic and takes its bits into L1 KNEAR records on (L2 six on: the 0.5B's 8-row
+ * step 3-4% slower).  (Before these, the same super-block four groups on in one burst:
+ * the 0.5B's 8-row step took 45-46 ms; 42 with L1 two on.) */
+enum { KNEAR = 2, KFAR = 6, KFAR_ROWS = 4 };
+TF_AVX2 TF_INLINE const uint8_t *krecord(const tf_weight *w, int64_t g, int64_t j, int ahead, int RT,
+                                         const uint8_t **pf) {
     const uint8_t *q = kbits(w, g, j);
+    int on = RT <= KFAR_ROWS ? KFAR : KNEAR;
     *pf = NULL;
     if (ahead) {
-        *pf = q + KDIST * bits_bytes(w->fmt);
-        prefetch_span(kmeta(w, g, j) + KDIST * meta_bytes(w->fmt), meta_bytes(w->fmt));
+        *pf = q + on * bits_bytes(w->fmt);
+        prefetch_span(kmeta(w, g, j) + on * meta_bytes(w->fmt), meta_bytes(w->fmt));
     }
     return q;
 }
 /* line `line` of the record at pf (a vector step's share of krecord's prefetch) */
-TF_AVX2 TF_INLINE void kprefetch(int F, const uint8_t *pf, int line) {
-    if (pf && 64 * line < bits_bytes(F)) _mm_prefetch((const char *)pf + 64 * line, _MM_HINT_T0);
+TF_AVX2 TF_INLINE void kprefetch(int F, int RT, const uint8_t *pf, int line) {
+    if (!pf || 64 * line >= bits_bytes(F)) return;
+    if (RT <= KFAR_ROWS) _mm_prefetch((const char *)pf + 64 * line, _MM_HINT_T1);
+    else _mm_prefetch((const char *)pf + 64 * line, _MM_HINT_T0);
 }
 
 /* AVX2, one super-block: each 32-byte half (4 outputs x 8 inputs) times the row's
@@ -253,7 +262,7 @@ TF_AVX2 TF_INLINE void ktotals_avx2(int F, const uint8_t *q, const uint8_t *pf, 
             _Pragma("GCC unroll 2") for (int m0 = 0; m0 < 4; m0 += STEP) {
                 __m256i wv[4];
                 _Pragma("GCC unroll 4") for (int m = m0; m < m0 + STEP; m++) {
-                    if (o == 0) kprefetch(F, pf, 4 * b + m);
+                    if (o == 0) kprefetch(F, RT, pf, 4 * b + m);
                     wv[m - m0] = kunpack(F, q, b, m, o);
                 }
                 _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) {
@@ -308,7 +317,7 @@ TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *pf, 
     _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++) {
         _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) s[r] = _mm512_setzero_si512();
         _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {
-            kprefetch(F, pf, 4 * b + m);
+            kprefetch(F, RT, pf, 4 * b + m);
             __m512i wv = kunpack512(F, q, b, m);
             if (F == TF_K6) {
                 wv = _mm512_sub_epi8(wv, _mm512_set1_epi8(32));
@@ -345,7 +354,7 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int64_t g, const tf_acts *a, int r0
     for (int64_t j = 0; j < nsb; j++) {                                                             \
         const uint8_t *meta = kmeta(w, g, j);                                                       \
         __m256i I[8], pairs[8];                                                                     \
-        const uint8_t *pf, *q = krecord(w, g, j, ahead, &pf);                                       \
+        const uint8_t *pf, *q = krecord(w, g, j, ahead, RT, &pf);                                       \
         TOTALS(F, q, pf, meta, a->qk + (int64_t)r0 * k + j * 256,                                   \
                F == TF_K6 ? a->qku + (int64_t)r0 * k + j * 256 : NULL, k, RT, I);                  \
         __m256 dv, dm;                                                                              \
