@@ -102,10 +102,12 @@ static void brows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, floa
  * so nothing of the format is decided again block by block.  Records run in memory
  * in the order a pass reads them (a group's blocks, then the next group's), so on a
  * group's first pass over a chunk of rows the bytes BDIST ahead are prefetched,
- * values and scales alike.  It declares fmt, flags, QB, SB, rec and meta (block 0's),
- * and rows r0.. of the activations from xq0, xs0, xsum0 and base0. */
+ * values and scales alike (2 KB: Qwen2.5-Coder-0.5B Q4_K_M on a Zen 4 core, 1 row,
+ * 18.5 ms a step with 8 KB, 18.0 with 4, 17.3 with 2; SmolLM2 4.6 -> 4.4).  It declares
+ * fmt, flags, QB, SB, rec and meta (block 0's), and rows r0.. of the activations from
+ * xq0, xs0, xsum0 and base0. */
 #ifndef TF_BDIST
-#define TF_BDIST 8192
+#define TF_BDIST 2048
 #endif
 #define BLOCK_WALK(w, g, a, r0, k, nb, Q4, HIGH, MIN)                                                \
     const int fmt = Q4 ? TF_Q4A : TF_Q8, flags = (w)->flags;                                        \
