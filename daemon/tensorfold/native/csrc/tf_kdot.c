@@ -218,16 +218,17 @@ TF_AVX2 TF_INLINE void kscales8(int F, int M6, const uint8_t *meta, __m256 *dv, 
  * *pf (else NULL) its bits a line at a time among the vector steps (kprefetch), not in
  * one burst.  A tile of up to KFAR_ROWS rows waits on memory, not on its arithmetic:
  * its bits go to L2 KFAR records on, as a core keeps more L2 misses in flight than L1
- * ones (Qwen2.5-Coder-1.5B Q4_K_M on a Zen 4 core, 1 row: 50.7 ms a step with L1 two
- * on, 46.3 now; 2 rows 59 -> 50; 4 rows 73 -> 65).  An 8-row VNNI tile is bound by its
- * arithmetic and takes its bits into L1 KNEAR records on (L2 six on: the 0.5B's 8-row
- * step 3-4% slower).  (Before these, the same super-block four groups on in one burst:
+ * ones (Qwen2.5-Coder-1.5B Q4_K_M on a Zen 4 core, 1 row: 50.7-50.8 ms a step with L1
+ * two on, 46.4-48.8 now; 2 rows 59 -> 50; 4 rows 73 -> 65).  An 8-row VNNI tile is
+ * bound by its arithmetic and takes its bits into L1 KNEAR records on (L2 six on: the
+ * 0.5B's 8-row step 3-4% slower).  (Before these, the same super-block four groups on in one burst:
  * the 0.5B's 8-row step took 45-46 ms; 42 with L1 two on.) */
 enum { KNEAR = 2, KFAR = 6, KFAR_ROWS = 4 };
+static inline int kfar(int RT) { return RT <= KFAR_ROWS; }
 TF_AVX2 TF_INLINE const uint8_t *krecord(const tf_weight *w, int64_t g, int64_t j, int ahead, int RT,
                                          const uint8_t **pf) {
     const uint8_t *q = kbits(w, g, j);
-    int on = RT <= KFAR_ROWS ? KFAR : KNEAR;
+    int on = kfar(RT) ? KFAR : KNEAR;
     *pf = NULL;
     if (ahead) {
         *pf = q + on * bits_bytes(w->fmt);
@@ -238,7 +239,7 @@ TF_AVX2 TF_INLINE const uint8_t *krecord(const tf_weight *w, int64_t g, int64_t 
 /* line `line` of the record at pf (a vector step's share of krecord's prefetch) */
 TF_AVX2 TF_INLINE void kprefetch(int F, int RT, const uint8_t *pf, int line) {
     if (!pf || 64 * line >= bits_bytes(F)) return;
-    if (RT <= KFAR_ROWS) _mm_prefetch((const char *)pf + 64 * line, _MM_HINT_T1);
+    if (kfar(RT)) _mm_prefetch((const char *)pf + 64 * line, _MM_HINT_T1);
     else _mm_prefetch((const char *)pf + 64 * line, _MM_HINT_T0);
 }
 
@@ -354,7 +355,7 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int64_t g, const tf_acts *a, int r0
     for (int64_t j = 0; j < nsb; j++) {                                                             \
         const uint8_t *meta = kmeta(w, g, j);                                                       \
         __m256i I[8], pairs[8];                                                                     \
-        const uint8_t *pf, *q = krecord(w, g, j, ahead, RT, &pf);                                       \
+        const uint8_t *pf, *q = krecord(w, g, j, ahead, RT, &pf);                                   \
         TOTALS(F, q, pf, meta, a->qk + (int64_t)r0 * k + j * 256,                                   \
                F == TF_K6 ? a->qku + (int64_t)r0 * k + j * 256 : NULL, k, RT, I);                  \
         __m256 dv, dm;                                                                              \
