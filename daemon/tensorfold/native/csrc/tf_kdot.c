@@ -301,12 +301,13 @@ TF_VNNI TF_INLINE __m512i kunpack512(int F, const uint8_t *q, int b, int m) {
 }
 
 /* AVX-512 VNNI, one super-block: dpbusd sums per block, one multiply by the codes per
- * block, the lane pairs added at the end; I[r] lane t: output t's total.  K6 takes its
+ * block (K4 on more than one row: per two blocks), the lane pairs added at the end; I[r] lane t: output t's total.  K6 takes its
  * values less 32 as the signed side and the activations plus 128 (xu) as the unsigned
  * one, then takes back 128 * C, the record's sum of code * (q - 32): its I is final. */
 TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *pf, const uint8_t *meta, const int8_t *xq,
                                     const uint8_t *xu, int64_t k, int RT, __m256i *I) {
-    __m512i tot[8], s[8];
+    const int KPAIR = F == TF_K4 && RT > 1;
+    __m512i tot[8], s[8], se[8];    /* se: KPAIR's even block sums */
     const int8_t *xr[8];            /* each row's bytes of the super-block, opaque to GCC: else it
                                        keeps 256 row-and-offset sums on the stack, a load and an add
                                        before each broadcast (8 rows: 3% slower) */
@@ -328,20 +329,38 @@ TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *pf, 
                 _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
                     s[r] = _mm512_dpbusd_epi32(s[r], wv, _mm512_set1_epi64(x8(xr[r] + 32 * b + 8 * m)));
         }
-        __m128i c = kblock_codes(F, meta, b);
-        __m512i c32 = F == TF_K6 ? _mm512_cvtepi8_epi32(c) : _mm512_cvtepu8_epi32(c);
         /* K4: each lane of s sums 16 products of a nibble and an int8 (|s| <= 16 * 15 * 127
-         * < 2^15), so it is its own low int16 and c32's lanes are (code, 0) int16 pairs: one
-         * dpwssd adds s * code exactly.  K5 and K6 sums can pass 2^15: multiplied in int32. */
-        _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
-            tot[r] = F == TF_K4 ? _mm512_dpwssd_epi32(tot[r], s[r], c32)
-                                : _mm512_add_epi32(tot[r], _mm512_mullo_epi32(s[r], c32));
+         * < 2^15), so it is an exact int16.  One row: c32's lanes are (code, 0) int16 pairs,
+         * one dpwssd a block.  More rows (KPAIR): two blocks' sums packed to int16, in each
+         * 128-bit lane L dwords (output 2L, 2L + 1) of the even block then of the odd (each
+         * the output's two halves), and one dpwssd by (code, code) pairs in that order adds
+         * both (Zen 4, 8 rows: 6% faster; one row 7% slower in cache, the code shuffles not
+         * shared).  K5 and K6 sums can pass 2^15: multiplied in int32. */
+        if (KPAIR && b % 2 == 0) {
+            _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) se[r] = s[r];
+        } else if (KPAIR) {
+            __m128i c = _mm_loadu_si128((const __m128i *)(meta + kcode_at(F, 0, b - 1, 0)));
+            __m512i cc = _mm512_cvtepu8_epi16(_mm256_set_m128i(
+                _mm_shuffle_epi8(c, _mm_setr_epi8(4, 4, 5, 5, 12, 12, 13, 13, 6, 6, 7, 7, 14, 14, 15, 15)),
+                _mm_shuffle_epi8(c, _mm_setr_epi8(0, 0, 1, 1, 8, 8, 9, 9, 2, 2, 3, 3, 10, 10, 11, 11))));
+            _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
+                tot[r] = _mm512_dpwssd_epi32(tot[r], _mm512_packs_epi32(se[r], s[r]), cc);
+        } else {
+            __m128i c = kblock_codes(F, meta, b);
+            __m512i c32 = F == TF_K6 ? _mm512_cvtepi8_epi32(c) : _mm512_cvtepu8_epi32(c);
+            _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
+                tot[r] = F == TF_K4 ? _mm512_dpwssd_epi32(tot[r], s[r], c32)
+                                    : _mm512_add_epi32(tot[r], _mm512_mullo_epi32(s[r], c32));
+        }
     }
-    /* lane pair (2t, 2t + 1) -> lane t: the low half of each 64-bit lane's sum */
     __m256i c128 = _mm256_setzero_si256();
     if (F == TF_K6) c128 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(meta + K6_C)), 7);
+    /* KPAIR: dwords 0, 1 of each 128-bit lane plus dwords 2, 3, gathered; else lane pair
+     * (2t, 2t + 1) -> lane t, the low half of each 64-bit lane's sum */
+    const __m512i pick = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 0, 1, 4, 5, 8, 9, 12, 13);
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
-        I[r] = _mm256_sub_epi32(_mm512_cvtepi64_epi32(_mm512_add_epi64(tot[r], _mm512_srli_epi64(tot[r], 32))), c128);
+        I[r] = KPAIR ? _mm512_castsi512_si256(_mm512_permutexvar_epi32(pick, _mm512_add_epi32(tot[r], _mm512_bsrli_epi128(tot[r], 8))))
+                          : _mm256_sub_epi32(_mm512_cvtepi64_epi32(_mm512_add_epi64(tot[r], _mm512_srli_epi64(tot[r], 32))), c128);
 }
 
 /* A tile of RT rows x one group, one super-block at a time: the ISA's exact totals
