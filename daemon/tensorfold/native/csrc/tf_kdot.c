@@ -300,10 +300,21 @@ TF_VNNI TF_INLINE __m512i kunpack512(int F, const uint8_t *q, int b, int m) {
     return v;
 }
 
+/* K4 blocks b, b + 1's codes as (code, code) int16 pairs, in each 128-bit lane L those of
+ * outputs 2L, 2L + 1 of block b, then of block b + 1 (the order of two blocks' sums packed
+ * by vpackssdw; the two blocks' codes are 16 bytes in a row, kcode_at). */
+TF_VNNI TF_INLINE __m512i kpair_codes(const uint8_t *meta, int b) {
+    __m128i c = _mm_loadu_si128((const __m128i *)(meta + kcode_at(TF_K4, 0, b, 0)));
+    return _mm512_cvtepu8_epi16(_mm256_set_m128i(
+        _mm_shuffle_epi8(c, _mm_setr_epi8(4, 4, 5, 5, 12, 12, 13, 13, 6, 6, 7, 7, 14, 14, 15, 15)),
+        _mm_shuffle_epi8(c, _mm_setr_epi8(0, 0, 1, 1, 8, 8, 9, 9, 2, 2, 3, 3, 10, 10, 11, 11))));
+}
+
 /* AVX-512 VNNI, one super-block: dpbusd sums per block, one multiply by the codes per
- * block (K4 on more than one row: per two blocks), the lane pairs added at the end; I[r] lane t: output t's total.  K6 takes its
- * values less 32 as the signed side and the activations plus 128 (xu) as the unsigned
- * one, then takes back 128 * C, the record's sum of code * (q - 32): its I is final. */
+ * block (K4 on more than one row: per two blocks), the lane pairs added at the end;
+ * I[r] lane t: output t's total.  K6 takes its values less 32 as the signed side and
+ * the activations plus 128 (xu) as the unsigned one, then takes back 128 * C, the
+ * record's sum of code * (q - 32): its I is final. */
 TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *pf, const uint8_t *meta, const int8_t *xq,
                                     const uint8_t *xu, int64_t k, int RT, __m256i *I) {
     const int KPAIR = F == TF_K4 && RT > 1;
@@ -339,10 +350,7 @@ TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *pf, 
         if (KPAIR && b % 2 == 0) {
             _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) se[r] = s[r];
         } else if (KPAIR) {
-            __m128i c = _mm_loadu_si128((const __m128i *)(meta + kcode_at(F, 0, b - 1, 0)));
-            __m512i cc = _mm512_cvtepu8_epi16(_mm256_set_m128i(
-                _mm_shuffle_epi8(c, _mm_setr_epi8(4, 4, 5, 5, 12, 12, 13, 13, 6, 6, 7, 7, 14, 14, 15, 15)),
-                _mm_shuffle_epi8(c, _mm_setr_epi8(0, 0, 1, 1, 8, 8, 9, 9, 2, 2, 3, 3, 10, 10, 11, 11))));
+            __m512i cc = kpair_codes(meta, b - 1);
             _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
                 tot[r] = _mm512_dpwssd_epi32(tot[r], _mm512_packs_epi32(se[r], s[r]), cc);
         } else {
@@ -360,7 +368,7 @@ TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *pf, 
     const __m512i pick = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 0, 1, 4, 5, 8, 9, 12, 13);
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
         I[r] = KPAIR ? _mm512_castsi512_si256(_mm512_permutexvar_epi32(pick, _mm512_add_epi32(tot[r], _mm512_bsrli_epi128(tot[r], 8))))
-                          : _mm256_sub_epi32(_mm512_cvtepi64_epi32(_mm512_add_epi64(tot[r], _mm512_srli_epi64(tot[r], 32))), c128);
+                     : _mm256_sub_epi32(_mm512_cvtepi64_epi32(_mm512_add_epi64(tot[r], _mm512_srli_epi64(tot[r], 32))), c128);
 }
 
 /* A tile of RT rows x one group, one super-block at a time: the ISA's exact totals
