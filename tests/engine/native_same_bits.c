@@ -106,7 +106,7 @@ static tf_weight k_weight(int fmt, int n, int k) {
         memcpy(raw + b * size + (fmt == TF_K6 ? 208 : 0), &d, 2);
         if (fmt != TF_K6) memcpy(raw + b * size + 2, &dmin, 2);
     }
-    int bits = fmt == TF_K4 ? 1024 : fmt == TF_K5 ? 1280 : 1536, meta = fmt == TF_K6 ? 176 : 160;
+    int bits = fmt == TF_K4 ? 1024 : fmt == TF_K5 ? 1280 : 1536, meta = fmt == TF_K6 ? 176 : 128;
     uint8_t *oq = zalloc((size_t)groups * nsb * bits), *os = zalloc((size_t)groups * nsb * meta);
     tf_kpack(fmt, raw, n, k, oq, os);
     free(raw);

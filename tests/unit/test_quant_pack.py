@@ -71,8 +71,8 @@ LAYOUTS = {
     QT.Q5_0: (Q.FMT_Q4A, Q.HIGH | Q.HALF, 2, 24),               # 22
     QT.Q5_1: (Q.FMT_Q4A, Q.HIGH | Q.HALF, 2, 24),               # 24
     QT.Q8_0: (Q.FMT_Q8, Q.HALF, 1, 34),                         # 34
-    QT.Q4_K: (Q.FMT_K4, 0, 0, 18.5),                            # 18
-    QT.Q5_K: (Q.FMT_K5, 0, 0, 22.5),                            # 22
+    QT.Q4_K: (Q.FMT_K4, 0, 0, 18),                              # 18
+    QT.Q5_K: (Q.FMT_K5, 0, 0, 22),                              # 22
     QT.Q6_K: (Q.FMT_K6, 0, 0, 26.75),                           # 26.25
 }
 BLOCK_LAYOUTS = [qt for qt in LAYOUTS if LAYOUTS[qt][0] not in Q.K_FORMATS]

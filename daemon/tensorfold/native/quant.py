@@ -26,7 +26,7 @@ k // 256): the file's super-blocks regrouped by eight outputs (the last group
 padded with zero outputs), ``q`` uint8 ``[G, nsb * bits]`` the values (K4 1024
 bytes per group and super-block, K5 1280, K6 1536: eight outputs' 8 inputs side
 by side in each 64 bytes) and ``s`` uint8 ``[G, nsb * meta]`` the scales (K4/K5:
-fp16 d, dmin and the 6-bit codes sc, mn a byte each, 160; K6: fp16 d, the int8
+fp16 d, dmin and the 6-bit codes sc, mn packed as the file packs them, 128; K6: fp16 d, the int8
 codes and each output's int32 sum of code * (q - 32), 176); tf_kernels.h has the
 byte order.  The C packer (``tf_kpack``) writes them.  K4/K5: value = q * (d * sc) + (-dmin * mn); K6: value = (q - 32) *
 (d * code), one int8 code per 16 inputs.  The kernels multiply the codes as
@@ -35,8 +35,8 @@ integers over whole super-blocks (tf_kernels.h, "K dot").
 ``pack_gguf`` repacks GGUF tensors losslessly; bytes per 32 weights (GGUF's own):
     Q4_0 -> Q4A HALF 20 (18)            Q4_1 -> Q4A HALF 20 (20)
     Q5_0 -> Q4A HIGH HALF 24 (22)       Q5_1 -> Q4A HIGH HALF 24 (24)
-    Q8_0 -> Q8 HALF 34 (34)             Q4_K -> K4 18.5 (18)
-    Q5_K -> K5 22.5 (22)                Q6_K -> K6 26.75 (26.25)
+    Q8_0 -> Q8 HALF 34 (34)             Q4_K -> K4 18 (18)
+    Q5_K -> K5 22 (22)                  Q6_K -> K6 26.75 (26.25)
 A HALF plane that would not be exact (-8d or -16d past fp16's range) stays
 float32.  Float tensors are quantized with ``quantize_float``, whose scales
 (amax / 127) are not fp16 values: float32.  ``dequantize`` is the float32
@@ -226,7 +226,7 @@ def _k_values(p: Packed) -> np.ndarray:
     return _ungroup(v.transpose(0, 4, 1, 2, 5, 3, 6), p.n).reshape(p.n, nsb, 8, 32)   # element 16h + 4m + i
 
 
-K_RECORD = {FMT_K4: (1024, 160), FMT_K5: (1280, 160), FMT_K6: (1536, 176)}  # bytes per group and super-block
+K_RECORD = {FMT_K4: (1024, 128), FMT_K5: (1280, 128), FMT_K6: (1536, 176)}  # bytes per group and super-block
 
 
 def _zeros64(shape: tuple[int, int]) -> np.ndarray:
@@ -262,8 +262,11 @@ def _k_scales_of(p: Packed) -> np.ndarray:
         planes = [d * c[..., 0], d * c[..., 1]]
     else:
         dmin = out(_f16(meta[..., 16:32].reshape(G, nsb, 8, 2)))[..., None]
-        sc = _ungroup(meta[..., 32:96].reshape(G, nsb, 8, 8).transpose(0, 3, 1, 2), p.n)
-        mn = _ungroup(meta[..., 96:160].reshape(G, nsb, 4, 8, 2).transpose(0, 3, 1, 2, 4), p.n).reshape(p.n, nsb, 8)
+        lo, hi = meta[..., 32:96], meta[..., 96:128]
+        top = lambda s: np.concatenate([hi >> s & 3, hi >> s + 2 & 3], axis=-1) << 4     # noqa: E731
+        sc, mn = (lo & 15) | top(0), (lo >> 4) | top(4)                   # widened: a byte each
+        sc = _ungroup(sc.reshape(G, nsb, 8, 8).transpose(0, 3, 1, 2), p.n)
+        mn = _ungroup(mn.reshape(G, nsb, 4, 8, 2).transpose(0, 3, 1, 2, 4), p.n).reshape(p.n, nsb, 8)
         planes = [d * sc.astype(_F32), -dmin * mn.astype(_F32)]
     return _stack(p.n, planes, _F32)
 

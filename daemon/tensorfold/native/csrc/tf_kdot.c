@@ -16,11 +16,15 @@
 
 #include <math.h>
 
-/* Byte offsets in a group's super-block record: value bits (q) and scales (s). */
+/* Byte offsets in a group's super-block record: value bits (q) and scales (s).  K4/K5
+ * keep their 6-bit codes packed as the file does (K4_META bytes); the kernels read them
+ * widened to a byte each (K4_WIDE, kwiden), one record at a time. */
 enum {
     KG_NIB = 0, KG_HIGH = 1024,                     /* nibble plane; K5/K6 high-bit plane */
     K4_BITS = 1024, K5_BITS = 1280, K6_BITS = 1536,
-    KG_D = 0, KG_DMIN = 16, KG_SC = 32, KG_MN = 96, K4_META = 160,  /* K4, K5 */
+    KG_D = 0, KG_DMIN = 16,                         /* K4, K5: fp16 d, dmin of outputs 0..7 */
+    KG_LO = 32, KG_HI = 96, K4_META = 128,          /* K4, K5 stored: low nibbles, high bit pairs */
+    KG_SC = 32, KG_MN = 96, K4_WIDE = 160,          /* K4, K5 widened: sc and mn codes a byte each */
     K6_CODE = 16, K6_C = 144, K6_META = 176,       /* K6_C: int32 C[8], each output's sum of code * (q - 32) */
 };
 
@@ -52,7 +56,33 @@ static inline int kcode_at(int fmt, int t, int b, int h) {
 }
 static inline int kmin_at(int t, int b) { return KG_MN + 16 * (b / 2) + 2 * t + b % 2; }
 
-/* Output t's code for inputs 16h..16h+15 of block b (K4/K5: one code per block). */
+/* K4/K5's stored codes: widened byte i of the sc codes (KG_SC + i, i < 64) and of the
+ * mn codes (KG_MN + i) keep their low four bits in byte KG_LO + i (sc low nibble, mn
+ * high) and their top two in byte KG_HI + i % 32, at bits 2(i / 32) (sc) and
+ * 4 + 2(i / 32) (mn): 96 bytes for 128 codes, the file's 12 per output. */
+static inline void kput_codes(uint8_t *meta, int t, int b, int sc, int mn) {   /* meta zeroed */
+    int i = kcode_at(TF_K4, t, b, 0) - KG_SC, m = kmin_at(t, b) - KG_MN;
+    meta[KG_LO + i] |= (uint8_t)(sc & 15);
+    meta[KG_HI + i % 32] |= (uint8_t)((sc >> 4) << (2 * (i / 32)));
+    meta[KG_LO + m] |= (uint8_t)((mn & 15) << 4);
+    meta[KG_HI + m % 32] |= (uint8_t)((mn >> 4) << (4 + 2 * (m / 32)));
+}
+
+/* A record's scales as the kernels read them: K4/K5 widened into wide (K4_WIDE bytes),
+ * K6 as stored. */
+static inline const uint8_t *kwiden_c(int F, const uint8_t *meta, uint8_t *wide) {
+    if (F == TF_K6) return meta;
+    memcpy(wide, meta, KG_LO);
+    for (int i = 0; i < 64; i++) {
+        int lo = meta[KG_LO + i], hi = meta[KG_HI + i % 32] >> (2 * (i / 32));
+        wide[KG_SC + i] = (uint8_t)((lo & 15) | (hi & 3) << 4);
+        wide[KG_MN + i] = (uint8_t)((lo >> 4) | (hi >> 4 & 3) << 4);
+    }
+    return wide;
+}
+
+/* Output t's code for inputs 16h..16h+15 of block b (K4/K5: one code per block), from
+ * the widened scales. */
 static inline int kcode(int fmt, const uint8_t *meta, int t, int b, int h) {
     return fmt == TF_K6 ? (int8_t)meta[kcode_at(fmt, t, b, h)] : meta[kcode_at(fmt, t, b, h)];
 }
@@ -95,7 +125,8 @@ static void krows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, floa
             for (int t = 0; t < 8; t++) {
                 acc[t] = 0.0f;
                 for (int64_t j = 0; j < nsb; j++) {
-                    const uint8_t *q = kbits(w, g, j), *meta = kmeta(w, g, j);
+                    uint8_t wide[K4_WIDE];
+                    const uint8_t *q = kbits(w, g, j), *meta = kwiden_c(F, kmeta(w, g, j), wide);
                     const int8_t *xq = a->qk + r * k + j * 256;
                     float xs = a->sk[r * nsb + j];
                     int32_t I = 0;
@@ -112,6 +143,49 @@ static void krows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, floa
 
 /* ---------------------------------------------------------------- x86 */
 #ifdef TF_X86
+
+/* Widened bytes 32 half..32 half + 31 of a K4/K5 record's sc codes, or with mn of its mn
+ * codes (kwiden_c), from the stored ones: the low nibbles masked or shifted down, each
+ * top bit pair moved to bits 4, 5 (16-bit shifts: what crosses into a byte's neighbour
+ * is masked off). */
+TF_AVX2 TF_INLINE __m256i kwide32(const uint8_t *meta, int mn, int half) {
+    const __m256i m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(0x30);
+    __m256i lo = _mm256_loadu_si256((const __m256i *)(meta + KG_LO + 32 * half));
+    __m256i h = _mm256_loadu_si256((const __m256i *)(meta + KG_HI));
+    lo = mn ? _mm256_srli_epi16(lo, 4) : lo;
+    switch (2 * half + 4 * mn) {                    /* the top pair's bits */
+    case 0: h = _mm256_slli_epi16(h, 4); break;
+    case 2: h = _mm256_slli_epi16(h, 2); break;
+    case 6: h = _mm256_srli_epi16(h, 2); break;
+    default: break;
+    }
+    return _mm256_or_si256(_mm256_and_si256(lo, m15), _mm256_and_si256(h, m48));
+}
+
+/* A record's scales on x86: as stored, and K4/K5's codes widened up front (upfront) or
+ * where they are used.  AVX2 tiles and one-row VNNI tiles widen up front; VNNI tiles of
+ * more rows where they use them, since four more live registers spill there (kb, Zen 4,
+ * in cache: VNNI 1 row 7.9 us up front, 8.4 where used; 8 rows 39.7 and 38.5; AVX2
+ * 3 rows 25.9 and 26.4). */
+typedef struct {
+    const uint8_t *meta;
+    int upfront;
+    __m256i sc[2], mn[2];
+} kcodes;
+TF_AVX2 TF_INLINE kcodes kcodes_of(int F, int upfront, const uint8_t *meta) {
+    kcodes c = {meta, F != TF_K6 && upfront, {_mm256_setzero_si256(), _mm256_setzero_si256()},
+                {_mm256_setzero_si256(), _mm256_setzero_si256()}};
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2 && c.upfront; h++) {
+        c.sc[h] = kwide32(meta, 0, h);
+        c.mn[h] = kwide32(meta, 1, h);
+    }
+    return c;
+}
+/* widened bytes i..i+15 (i a multiple of 16) of the sc codes, or with mn the mn codes */
+TF_AVX2 TF_INLINE __m128i kwide16(const kcodes *c, int mn, int i) {
+    __m256i v = c->upfront ? (mn ? c->mn : c->sc)[i / 32] : kwide32(c->meta, mn, i / 32);
+    return i % 32 ? _mm256_extracti128_si256(v, 1) : _mm256_castsi256_si128(v);
+}
 
 /* Vector (b, m) of a record: the eight outputs' values of block b, inputs 8m..8m+7
  * (32 bytes: outputs 4o..4o+3, from byte 32o; F, b, m and o constants). */
@@ -135,9 +209,12 @@ TF_AVX2 TF_INLINE __m256i kunpack(int F, const uint8_t *q, int b, int m, int o) 
 
 /* Block b's codes for the lane pairs (2t, 2t + 1), the block's two 16-input halves
  * (K4/K5: one code, twice), as 16 bytes. */
-TF_AVX2 TF_INLINE __m128i kblock_codes(int F, const uint8_t *meta, int b) {
-    __m128i c = _mm_loadl_epi64((const __m128i *)(meta + kcode_at(F, 0, b, 0)));
-    return _mm_unpacklo_epi8(c, F == TF_K6 ? _mm_loadl_epi64((const __m128i *)(meta + kcode_at(F, 0, b, 1))) : c);
+TF_AVX2 TF_INLINE __m128i kblock_codes(int F, const kcodes *kc, int b) {
+    if (F == TF_K6)
+        return _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(kc->meta + kcode_at(F, 0, b, 0))),
+                                 _mm_loadl_epi64((const __m128i *)(kc->meta + kcode_at(F, 0, b, 1))));
+    __m128i c = kwide16(kc, 0, kcode_at(F, 0, b & ~1, 0) - KG_SC);
+    return b % 2 ? _mm_unpackhi_epi8(c, c) : _mm_unpacklo_epi8(c, c);
 }
 
 /* Eight activation bytes of a row, in every lane pair. */
@@ -195,7 +272,8 @@ TF_KFINISH(kfinish_avx2, TF_AVX2, TF_MADD_AVX2)
 TF_KFINISH(kfinish_vnni, TF_VNNI, _mm256_dpwssd_epi32)
 
 /* A record's super-scales and the int16 code pairs kfinish takes. */
-TF_AVX2 TF_INLINE void kscales8(int F, int M6, const uint8_t *meta, __m256 *dv, __m256 *dm, __m256i *pairs) {
+TF_AVX2 TF_INLINE void kscales8(int F, int M6, const kcodes *kc, __m256 *dv, __m256 *dm, __m256i *pairs) {
+    const uint8_t *meta = kc->meta;
     *dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + KG_D)));
     *dm = _mm256_setzero_ps();
     if (F == TF_K6 && !M6) return;
@@ -208,7 +286,7 @@ TF_AVX2 TF_INLINE void kscales8(int F, int M6, const uint8_t *meta, __m256 *dv, 
     } else {
         *dm = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + KG_DMIN))));
         _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)
-            pairs[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(meta + kmin_at(0, 2 * p))));
+            pairs[p] = _mm256_cvtepu8_epi16(kwide16(kc, 1, kmin_at(0, 2 * p) - KG_MN));
     }
 }
 
@@ -248,7 +326,7 @@ TF_AVX2 TF_INLINE void kprefetch(int F, int RT, const uint8_t *pf, int line) {
  * 4 * 2 * 31 * 127 for K4/K5, 2 * 2 * 63 * 127 for K6), madd with the codes as int16
  * pairs, summed exactly in int32 lane pairs; I[r] lane t: output t's total.  One half
  * at a time over all eight blocks, so a half's totals and pair sums stay in registers. */
-TF_AVX2 TF_INLINE void ktotals_avx2(int F, const uint8_t *q, const uint8_t *pf, const uint8_t *meta, const int8_t *xq,
+TF_AVX2 TF_INLINE void ktotals_avx2(int F, const uint8_t *q, const uint8_t *pf, const kcodes *kc, const int8_t *xq,
                                     const uint8_t *xu, int64_t k, int RT, __m256i *I) {
     (void)xu;
     __m256i tot[2][8];              /* RT <= 4 (shapes past the row tile are never called) */
@@ -256,7 +334,7 @@ TF_AVX2 TF_INLINE void ktotals_avx2(int F, const uint8_t *q, const uint8_t *pf, 
     _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
         _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) tot[o][r] = _mm256_setzero_si256();
         _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++) {
-            __m128i c = kblock_codes(F, meta, b);
+            __m128i c = kblock_codes(F, kc, b);
             __m256i c16 = F == TF_K6 ? _mm256_cvtepi8_epi32(o ? _mm_srli_si128(c, 8) : c)
                                      : _mm256_cvtepu8_epi32(o ? _mm_srli_si128(c, 8) : c);
             c16 = _mm256_blend_epi16(c16, _mm256_slli_epi32(c16, 16), 0xAA);
@@ -303,8 +381,8 @@ TF_VNNI TF_INLINE __m512i kunpack512(int F, const uint8_t *q, int b, int m) {
 /* K4 blocks b, b + 1's codes as (code, code) int16 pairs, in each 128-bit lane L those of
  * outputs 2L, 2L + 1 of block b, then of block b + 1 (the order of two blocks' sums packed
  * by vpackssdw; the two blocks' codes are 16 bytes in a row, kcode_at). */
-TF_VNNI TF_INLINE __m512i kpair_codes(const uint8_t *meta, int b) {
-    __m128i c = _mm_loadu_si128((const __m128i *)(meta + kcode_at(TF_K4, 0, b, 0)));
+TF_VNNI TF_INLINE __m512i kpair_codes(const kcodes *kc, int b) {
+    __m128i c = kwide16(kc, 0, kcode_at(TF_K4, 0, b, 0) - KG_SC);
     return _mm512_cvtepu8_epi16(_mm256_set_m128i(
         _mm_shuffle_epi8(c, _mm_setr_epi8(4, 4, 5, 5, 12, 12, 13, 13, 6, 6, 7, 7, 14, 14, 15, 15)),
         _mm_shuffle_epi8(c, _mm_setr_epi8(0, 0, 1, 1, 8, 8, 9, 9, 2, 2, 3, 3, 10, 10, 11, 11))));
@@ -315,7 +393,7 @@ TF_VNNI TF_INLINE __m512i kpair_codes(const uint8_t *meta, int b) {
  * I[r] lane t: output t's total.  K6 takes its values less 32 as the signed side and
  * the activations plus 128 (xu) as the unsigned one, then takes back 128 * C, the
  * record's sum of code * (q - 32): its I is final. */
-TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *pf, const uint8_t *meta, const int8_t *xq,
+TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *pf, const kcodes *kc, const int8_t *xq,
                                     const uint8_t *xu, int64_t k, int RT, __m256i *I) {
     const int KPAIR = F == TF_K4 && RT > 1;
     __m512i tot[8], s[8], se[8];    /* se: KPAIR's even block sums */
@@ -350,11 +428,11 @@ TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *pf, 
         if (KPAIR && b % 2 == 0) {
             _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) se[r] = s[r];
         } else if (KPAIR) {
-            __m512i cc = kpair_codes(meta, b - 1);
+            __m512i cc = kpair_codes(kc, b - 1);
             _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
                 tot[r] = _mm512_dpwssd_epi32(tot[r], _mm512_packs_epi32(se[r], s[r]), cc);
         } else {
-            __m128i c = kblock_codes(F, meta, b);
+            __m128i c = kblock_codes(F, kc, b);
             __m512i c32 = F == TF_K6 ? _mm512_cvtepi8_epi32(c) : _mm512_cvtepu8_epi32(c);
             _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++)
                 tot[r] = F == TF_K4 ? _mm512_dpwssd_epi32(tot[r], s[r], c32)
@@ -362,7 +440,7 @@ TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *pf, 
         }
     }
     __m256i c128 = _mm256_setzero_si256();
-    if (F == TF_K6) c128 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(meta + K6_C)), 7);
+    if (F == TF_K6) c128 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(kc->meta + K6_C)), 7);
     /* KPAIR: dwords 0, 1 of each 128-bit lane plus dwords 2, 3, gathered; else lane pair
      * (2t, 2t + 1) -> lane t, the low half of each 64-bit lane's sum */
     const __m512i pick = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 0, 1, 4, 5, 8, 9, 12, 13);
@@ -373,20 +451,20 @@ TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *pf, 
 
 /* A tile of RT rows x one group, one super-block at a time: the ISA's exact totals
  * (TOTALS), then the K dot's fp32 steps; rows stored whole groups at a time. */
-#define TF_KTILE(NAME, ATTR, TOTALS, FINISH, M6)                                                             \
+#define TF_KTILE(NAME, ATTR, TOTALS, FINISH, M6, UPFRONT)                                                 \
 ATTR TF_INLINE void NAME(const tf_weight *w, int64_t g, const tf_acts *a, int r0, int RT,            \
                          float *y, int ldy, int n0, int n1, int ahead, int F) {                     \
     int64_t k = w->k, nsb = k / 256;                                                                \
     __m256 acc[8];                                                                                  \
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) acc[r] = _mm256_setzero_ps();              \
     for (int64_t j = 0; j < nsb; j++) {                                                             \
-        const uint8_t *meta = kmeta(w, g, j);                                                       \
+        kcodes kc = kcodes_of(F, UPFRONT, kmeta(w, g, j));                                          \
         __m256i I[8], pairs[8];                                                                     \
         const uint8_t *pf, *q = krecord(w, g, j, ahead, RT, &pf);                                   \
-        TOTALS(F, q, pf, meta, a->qk + (int64_t)r0 * k + j * 256,                                   \
+        TOTALS(F, q, pf, &kc, a->qk + (int64_t)r0 * k + j * 256,                                   \
                F == TF_K6 ? a->qku + (int64_t)r0 * k + j * 256 : NULL, k, RT, I);                  \
         __m256 dv, dm;                                                                              \
-        kscales8(F, M6, meta, &dv, &dm, pairs);                                                     \
+        kscales8(F, M6, &kc, &dv, &dm, pairs);                                                      \
         _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {                                      \
             int64_t row = r0 + r;                                                                   \
             acc[r] = FINISH(F, M6, I[r], pairs, a->bs + (row * nsb + j) * 16, a->sk[row * nsb + j], dv, dm, acc[r]); \
@@ -394,8 +472,8 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int64_t g, const tf_acts *a, int r0
     }                                                                                               \
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) tf_store8(y + (int64_t)(r0 + r) * ldy, 8 * g, n0, n1, acc[r]); \
 }
-TF_KTILE(ktile_avx2, TF_AVX2, ktotals_avx2, kfinish_avx2, 1)
-TF_KTILE(ktile_vnni, TF_VNNI, ktotals_vnni, kfinish_vnni, 0)
+TF_KTILE(ktile_avx2, TF_AVX2, ktotals_avx2, kfinish_avx2, 1, 1)
+TF_KTILE(ktile_vnni, TF_VNNI, ktotals_vnni, kfinish_vnni, 0, RT == 1)
 
 #define TF_KSHAPE(NAME, ATTR, f, F, RT)                                                              \
 ATTR __attribute__((noinline)) static void NAME##_##f##_##RT(                                       \
@@ -430,6 +508,21 @@ TF_KKERNELS(ktile_vnni, TF_VNNI, 8, 4, 8)
 
 /* ---------------------------------------------------------------- NEON */
 #ifdef TF_NEON
+/* kwiden_c in vectors (byte shifts: nothing crosses between bytes). */
+static inline const uint8_t *kwiden_neon(int F, const uint8_t *meta, uint8_t *wide) {
+    if (F == TF_K6) return meta;
+    const uint8x16_t m15 = vdupq_n_u8(15), m48 = vdupq_n_u8(0x30);
+    vst1q_u8(wide, vld1q_u8(meta));
+    vst1q_u8(wide + 16, vld1q_u8(meta + 16));
+    for (int c = 0; c < 32; c += 16) {
+        uint8x16_t h = vld1q_u8(meta + KG_HI + c), l0 = vld1q_u8(meta + KG_LO + c), l1 = vld1q_u8(meta + KG_LO + 32 + c);
+        vst1q_u8(wide + KG_SC + c, vorrq_u8(vandq_u8(l0, m15), vandq_u8(vshlq_n_u8(h, 4), m48)));
+        vst1q_u8(wide + KG_SC + 32 + c, vorrq_u8(vandq_u8(l1, m15), vandq_u8(vshlq_n_u8(h, 2), m48)));
+        vst1q_u8(wide + KG_MN + c, vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(h, m48)));
+        vst1q_u8(wide + KG_MN + 32 + c, vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(vshrq_n_u8(h, 2), m48)));
+    }
+    return wide;
+}
 /* Outputs 2o, 2o + 1's values of block b, inputs 8m..8m+7 (0..63, so valid as int8). */
 static inline int8x16_t kunpack_neon(int F, const uint8_t *q, int b, int m, int o) {
     uint8x16_t v = vld1q_u8(q + knib_at(b, m) + 16 * o);
@@ -455,7 +548,8 @@ static inline __attribute__((always_inline)) void ktile_neon(const tf_weight *w,
     int64_t k = w->k, nsb = k / 256;
     float acc[4][8] = {{0}};
     for (int64_t j = 0; j < nsb; j++) {
-        const uint8_t *q = kbits(w, g, j), *meta = kmeta(w, g, j);
+        uint8_t wide[K4_WIDE];
+        const uint8_t *q = kbits(w, g, j), *meta = kwiden_neon(F, kmeta(w, g, j), wide);
         int32_t I[4][8];
         for (int o = 0; o < 4; o++) {
             int32x4_t tot[4];
@@ -523,7 +617,8 @@ void tf_kdot_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y
 void tf_kdequant_row(const tf_weight *w, int n, float *out) {
     int F = w->fmt, t = n % 8;
     for (int64_t j = 0; j < w->k / 256; j++) {
-        const uint8_t *q = kbits(w, n / 8, j), *meta = kmeta(w, n / 8, j);
+        uint8_t wide[K4_WIDE];
+        const uint8_t *q = kbits(w, n / 8, j), *meta = kwiden_c(F, kmeta(w, n / 8, j), wide);
         float D = kscale(meta, t), Dm = F == TF_K6 ? 0.0f : kmin_scale(meta, t);
         for (int e = 0; e < 256; e++) {
             float v = (float)kq_at(F, q, t, e) * (D * (float)kcode(F, meta, t, e / 32, e % 32 / 16));
@@ -603,8 +698,7 @@ static void kpack_rows(void *ctx, int ith, int nth) {
                 } else {
                     int sc, mn;
                     file_codes(blk + 4, b, &sc, &mn);
-                    so[kcode_at(fmt, (int)t, b, 0)] = (uint8_t)sc;
-                    so[kmin_at((int)t, b)] = (uint8_t)mn;
+                    kput_codes(so, (int)t, b, sc, mn);
                 }
             }
             if (fmt == TF_K6) {

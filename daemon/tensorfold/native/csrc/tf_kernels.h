@@ -53,14 +53,16 @@ enum { TF_HAS_MIN = 2, TF_HIGH = 4, TF_HALF = 8 };
  * K4, K5, K6 (k a multiple of 256, nsb = k/256 super-blocks): GGUF's Q4_K, Q5_K,
  * Q6_K in groups of eight outputs (G = ceil(n/8) groups; outputs past n are zero).
  * Group g's super-block j is one record in q (K4 1024 bytes, K5 1280, K6 1536) and
- * one in s (K4/K5 160, K6 176), at (g * nsb + j) * size.  Output t's element
+ * one in s (K4/K5 128, K6 176), at (g * nsb + j) * size.  Output t's element
  * e = 16h + 4m + i of block b sits in byte 8t + 4h + i of 64-byte vectors (so each
  * 8 bytes pair the block's two 16-input halves; the activations use the same order):
  *   nibbles   vector 4(b/2) + m, the low nibble for even b, the high for odd b;
  *   K5 bit 4  vector 16 + m, bit b;
  *   K6 bits 4, 5  vector 16 + 4(b/4) + m, bits 2(b%4), 2(b%4) + 1.
- * K4/K5 scales: fp16 d of outputs 0..7, fp16 dmin, sc codes [b][t], mn codes
- * [b/2][t][b%2] (a byte each); value = q * (d * sc) + (-dmin * mn).  K6 scales: fp16
+ * K4/K5 scales: fp16 d of outputs 0..7, fp16 dmin, then the 6-bit sc codes [b][t]
+ * and mn codes [b/2][t][b%2] packed in 96 bytes (tf_kdot.c, kput_codes: byte i of
+ * each holds its low four bits in byte 32 + i, its top two in byte 96 + i % 32); value
+ * = q * (d * sc) + (-dmin * mn).  K6 scales: fp16
  * d of outputs 0..7, int8 codes [h][b][t] (h: inputs 16h..16h+15 of the block), then
  * int32 C[t] = the sum over the super-block of code * (q - 32) (exact; it lets a
  * path take the activations plus 128 as unsigned bytes); value = (q - 32) * (d * code). */
