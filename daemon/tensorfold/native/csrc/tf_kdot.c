@@ -18,7 +18,7 @@
 
 /* Byte offsets in a group's super-block record: value bits (q) and scales (s).  K4/K5
  * keep their 6-bit codes packed as the file does (K4_META bytes); the kernels read them
- * widened to a byte each (K4_WIDE, kwiden), one record at a time. */
+ * widened to a byte each (K4_WIDE: kwiden_c, kwide32), one record at a time. */
 enum {
     KG_NIB = 0, KG_HIGH = 1024,                     /* nibble plane; K5/K6 high-bit plane */
     K4_BITS = 1024, K5_BITS = 1280, K6_BITS = 1536,
