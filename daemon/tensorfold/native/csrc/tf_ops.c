@@ -250,8 +250,11 @@ void tf_set_soft_fp16(int soft) {
 /* ---------------------------------------------------------------- attention */
 
 #define AHEAD 2      /* blocks read ahead: each key chunk asks for its part of the block AHEAD on */
-static inline void prefetch(const void *p, int64_t bytes) {      /* their lines, ahead of their use */
-    for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch((const char *)p + i);
+/* Their lines into the second-level cache, ahead of their use: into the first level
+ * they cost a 9-head, 512-key fp16 call 32 us out of cache where L2 takes 21.5 (52 and
+ * 32 with the blocks scattered; a Zen 4 core). */
+static inline void prefetch(const void *p, int64_t bytes) {
+    for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch((const char *)p + i, 0, 2);
 }
 
 /* int8 keys and values: s[g][j] times the scale of key (or value) j, for G rows of nj */
