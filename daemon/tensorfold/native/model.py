@@ -4,6 +4,7 @@ kept quantized.
 A GGUF's weights load in their own formats, repacked losslessly (quant.py);
 a safetensors checkpoint's matmul weights are quantized at load to the
 format the user picks (--weights).  Norms, biases and rope tables stay fp32.
+The packed weights share one anonymous map advised for 2 MB pages.
 The KV cache is fp16 in one anonymous memory map: the operating system
 backs a block with memory only once a sequence writes it.  A hybrid's
 deltanet states live in slots of another such map (tf_kernels.h).
@@ -107,6 +108,7 @@ class NativeModel:
         self.hybrid = hybrid
         arrays = {id(v): v for v in w.values()}.values()        # a tied head once
         self.weight_bytes = sum(quant.nbytes(v) if isinstance(v, quant.Packed) else v.nbytes for v in arrays)
+        self._weights_map = _one_map([v for v in arrays if isinstance(v, quant.Packed)])
         layers = (lib.Layer * a.layers)()
         for i, kind in enumerate(self.kinds):
             p = f"model.layers.{i}."
@@ -306,6 +308,35 @@ class NativeModel:
         """The all-gather a split forward calls (kept alive here)."""
         self._gather = gather
         self.struct.gather = gather
+
+
+def _one_map(packed: list[quant.Packed]) -> mmap.mmap | None:
+    """Move the packed weights' arrays into one anonymous map that Linux backs with 2 MB
+    pages: a model of small tensors (SmolLM2's are under 1 MB, each its own 4 KB-paged
+    allocation) then streams its weights without a page walk every 4 KB, and the
+    hardware prefetcher runs on across what were page boundaries (SmolLM2 Q4_1, one
+    Zen 4 thread, `bench decode`: 170 -> 187-201 tok/s).  The Qwen2.5 GGUFs' big tensors
+    had 2 MB pages already (numpy advises arrays of 4 MB and up): no change there.
+    None where the system has no huge-page advice (macOS)."""
+    if not hasattr(mmap, "MADV_HUGEPAGE"):
+        return None
+    arrays = [(p, name) for p in packed for name in ("q", "s") if getattr(p, name).nbytes]
+    size = sum(_aligned(getattr(p, name).nbytes) for p, name in arrays)
+    area, _ = _anonymous(size)
+    area.madvise(mmap.MADV_HUGEPAGE)
+    at = 0
+    for p, name in arrays:
+        a = getattr(p, name)
+        view = np.frombuffer(area, a.dtype, a.size, at).reshape(a.shape)
+        view[...] = a
+        setattr(p, name, view)          # the old array goes as its last reference does
+        at += _aligned(a.nbytes)
+    return area
+
+
+def _aligned(n: int) -> int:
+    """n rounded up to a cache line."""
+    return -(-n // 64) * 64
 
 
 def _anonymous(size: int) -> tuple[mmap.mmap, C.Array]:
