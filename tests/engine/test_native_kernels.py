@@ -25,6 +25,7 @@ from gguf import GGMLQuantizationType as QT
 
 from tensorfold.native import lib
 from tensorfold.native import quant as Q
+from tensorfold.native.model import _huge_pages
 from tests.unit.test_quant_pack import random_raw
 
 torch.set_num_threads(1)
@@ -684,7 +685,8 @@ def test_trimmed_kv_blocks_go_back_to_the_system(folders, kv):
     tokens = list(range(3, 3 + 4 * BS))
     assert resident_bytes(address, size) == 0           # backed only as written
     prefill(r, tokens, [0, 1, 2, 3])
-    block = 2 * r.model.args.layers * r.model.struct.block_stride     # every layer's keys and values
+    m = r.model.struct                                  # a block's keys and values in every layer:
+    block = m.block_stride if r.model._block_major else 2 * r.model.args.layers * m.block_stride
     assert resident_bytes(address, size) >= 4 * block
     r.trim_kv([0, 1, 2, 3])
     # fp16: each block's part of a layer is whole pages; int8 blocks are not padded, so a
@@ -714,10 +716,23 @@ def test_a_loaded_gguf_is_not_kept_mapped(default_model):
     assert path not in open("/proc/self/maps").read()
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
-def test_the_weights_live_in_one_map_advised_for_huge_pages(default_model):
+def vm_flags(address: int) -> list[str]:
+    """The VmFlags of the map that holds `address` (/proc/self/smaps)."""
+    inside, flags = False, []
+    for line in open("/proc/self/smaps"):
+        span = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
+        if span:
+            inside = int(span[1], 16) <= address < int(span[2], 16)
+        elif inside and line.startswith("VmFlags:"):
+            flags = line.split()[1:]
+    return flags
+
+
+@pytest.mark.skipif(not _huge_pages(), reason="no transparent huge pages")
+def test_weights_and_kv_live_in_maps_advised_for_huge_pages(default_model):
     """Every matmul weight's arrays lie in one anonymous map with the huge-page advice
-    (smaps flag hg), so small tensors stream without a page walk every 4 KB."""
+    (smaps flag hg), so small tensors stream without a page walk every 4 KB; the KV map
+    has it too, block-major (a block's every layer side by side)."""
     r = native(default_model, "auto")
     area = r.model._weights_map
     start = np.frombuffer(area, np.uint8).ctypes.data
@@ -727,14 +742,9 @@ def test_the_weights_live_in_one_map_advised_for_huge_pages(default_model):
                                    for f in ("q", "k", "v", "o", "gate", "up", "down")]
     for w in weights:
         assert start <= w.q < end and (not w.s or start <= w.s < end)
-    own = None                                           # the VmFlags of the map holding `start`
-    for line in open("/proc/self/smaps"):
-        span = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
-        if span:
-            inside = int(span[1], 16) <= start < int(span[2], 16)
-        elif inside and line.startswith("VmFlags:"):
-            own = line.split()[1:]
-    assert own and "hg" in own, own
+    assert "hg" in vm_flags(start)
+    assert "hg" in vm_flags(m.kv)
+    assert 0 <= m.block_stride - m.kv_stride * 2 * m.layers < os.sysconf("SC_PAGE_SIZE")
 
 
 def test_cache_hands_out_written_free_blocks_once():

@@ -194,26 +194,35 @@ class NativeModel:
         return 2 * self.attention_layers * (a.kv_heads if every_rank else self.struct.kv_heads) * head
 
     def allocate_kv(self, num_blocks: int, block_size: int) -> None:
-        """A KV map of `num_blocks` blocks, laid out layer by layer (tf_kernels.h): each
-        layer's keys of all blocks, then its values; fp16 blocks padded to whole pages, so a
-        block's memory can go back to the system by itself.  int8: the codes' blocks
-        unpadded, their scales in a map of their own."""
+        """A KV map of `num_blocks` blocks (tf_kernels.h).  Where Linux backs it with 2 MB
+        pages (_huge_pages), block by block: a block's keys and values of every layer side
+        by side, so a new sequence's first block costs one such page, not one per layer
+        half.  Otherwise layer by layer: each layer's keys of all blocks, then its values.
+        fp16 blocks are padded to whole pages, so a block's memory can go back to the system
+        by itself.  int8: the codes' blocks unpadded, their scales in a map of their own,
+        layer by layer."""
         if block_size % 16:
             raise ValueError(f"block_size {block_size}: the CPU engine takes a multiple of 16")
         a, m, int8 = self.args, self.struct, self.kv_cache == "int8"
         block = m.kv_heads * block_size * a.head_dim * (1 if int8 else 2)
-        if not int8:
-            block = -(-block // mmap.PAGESIZE) * mmap.PAGESIZE
         halves = 2 * self.attention_layers
+        self._block_major = _huge_pages()
+        pages = (lambda n: n) if int8 else (lambda n: -(-n // mmap.PAGESIZE) * mmap.PAGESIZE)
+        if self._block_major:
+            m.block_stride, m.kv_stride = pages(halves * block), block
+        else:
+            m.block_stride = pages(block)
+            m.kv_stride = num_blocks * m.block_stride
         m.kv = m.kv_scale = None
         self._kv_view = self._scale_view = None
         for old in (self._kv, self._scales):
             if old is not None:
                 old.close()
         # private anonymous memory: the system backs a page when a sequence first writes it
-        self._kv, self._kv_view = _anonymous(halves * num_blocks * block)
+        self._kv, self._kv_view = _anonymous(num_blocks * m.block_stride * (1 if self._block_major else halves))
+        if self._block_major:
+            self._kv.madvise(mmap.MADV_HUGEPAGE)
         m.kv = C.addressof(self._kv_view)
-        m.block_stride, m.kv_stride = block, num_blocks * block
         m.scale_region = num_blocks * m.kv_heads * block_size
         if int8:
             self._scales, self._scale_view = _anonymous(halves * m.scale_region * 4)
@@ -227,22 +236,24 @@ class NativeModel:
         of neighbouring blocks, in every layer's keys and values (and int8 scales)."""
         if self._kv is None or not blocks:
             return
-        runs: list[list[int]] = []                     # neighbouring blocks: one call per layer half
+        runs: list[list[int]] = []                     # neighbouring blocks: one call per region
         for b in sorted(set(blocks)):
             if runs and runs[-1][1] == b:
                 runs[-1][1] = b + 1
             else:
                 runs.append([b, b + 1])
-        m = self.struct
-        maps = [(self._kv, m.block_stride, m.kv_stride)]
+        m, halves = self.struct, 2 * self.attention_layers
+        # (map, a block's bytes in a region, the regions' starts): block-major codes are one region
+        maps = [(self._kv, m.block_stride, [0]) if self._block_major else
+                (self._kv, m.block_stride, [h * m.kv_stride for h in range(halves)])]
         if self._scales is not None:
-            per = m.kv_heads * m.block_size * 4
-            maps.append((self._scales, per, m.scale_region * 4))
-        for area, size, region in maps:
+            region = m.scale_region * 4
+            maps.append((self._scales, m.kv_heads * m.block_size * 4, [h * region for h in range(halves)]))
+        for area, size, starts in maps:
             for first, end in runs:
-                for half in range(2 * self.attention_layers):
-                    start = -(-(half * region + first * size) // mmap.PAGESIZE) * mmap.PAGESIZE
-                    stop = (half * region + end * size) // mmap.PAGESIZE * mmap.PAGESIZE
+                for base in starts:
+                    start = -(-(base + first * size) // mmap.PAGESIZE) * mmap.PAGESIZE
+                    stop = (base + end * size) // mmap.PAGESIZE * mmap.PAGESIZE
                     if stop > start:
                         area.madvise(mmap.MADV_DONTNEED, start, stop - start)
 
@@ -317,8 +328,8 @@ def _one_map(packed: list[quant.Packed]) -> mmap.mmap | None:
     hardware prefetcher runs on across what were page boundaries (SmolLM2 Q4_1, one
     Zen 4 thread, `bench decode`: 170 -> 187-201 tok/s).  The Qwen2.5 GGUFs' big tensors
     had 2 MB pages already (numpy advises arrays of 4 MB and up): no change there.
-    None where the system has no huge-page advice (macOS)."""
-    if not hasattr(mmap, "MADV_HUGEPAGE"):
+    None where the system gives no huge pages (macOS)."""
+    if not _huge_pages():
         return None
     arrays = [(p, name) for p in packed for name in ("q", "s") if getattr(p, name).nbytes]
     size = sum(_aligned(getattr(p, name).nbytes) for p, name in arrays)
@@ -332,6 +343,17 @@ def _one_map(packed: list[quant.Packed]) -> mmap.mmap | None:
         setattr(p, name, view)          # the old array goes as its last reference does
         at += _aligned(a.nbytes)
     return area
+
+
+def _huge_pages() -> bool:
+    """Whether an anonymous map advised for huge pages gets them: Linux with transparent
+    huge pages on ("always" or "madvise")."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            mode = f.read()
+    except OSError:
+        return False
+    return hasattr(mmap, "MADV_HUGEPAGE") and "[never]" not in mode
 
 
 def _aligned(n: int) -> int:

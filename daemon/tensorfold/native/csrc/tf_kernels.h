@@ -138,10 +138,11 @@ typedef struct {
      * w when j % 3 == 2 and j < 3 * mrope[2], else by t.  A text row's three are equal. */
     int32_t mrope[3];
     tf_deltanet dn;
-    /* KV, layer by layer: layer l's keys of blocks 0, 1, ... at kv + 2*l*kv_stride
-     * (block b's [kv_heads, head_dim, B] b*block_stride further), then its values at
-     * kv + (2*l + 1)*kv_stride (block b's [kv_heads, B, head_dim]).  A sequence's
-     * keys of one layer lie together when its blocks are neighbours.  fp16, or int8
+    /* KV: layer l's keys of block b ([kv_heads, head_dim, B]) at kv + 2*l*kv_stride +
+     * b*block_stride, its values ([kv_heads, B, head_dim]) kv_stride further.  The
+     * strides make either layout (native/model.py picks): layer by layer (kv_stride
+     * every block's keys, block_stride one block's), or block by block (block_stride
+     * a block's keys and values of every layer, kv_stride one layer half's).  fp16, or int8
      * when kv_scale is set: a position's key (or value) of one kv head is quantized
      * as the activations are (d = amax/127, q = rne(x * (1/d))), and d is kept in
      * kv_scale, layer l's key scales of block b ([kv_heads, B]) at kv_scale +
