@@ -728,6 +728,17 @@ def vm_flags(address: int) -> list[str]:
     return flags
 
 
+@pytest.mark.parametrize("enabled, size, want", [
+    ("always [madvise] never", 2 << 20, True), ("[always] madvise never", 2 << 20, True),
+    ("always madvise [never]", 2 << 20, False), ("always [madvise] never", 512 << 20, False),
+    (None, None, False)])
+def test_huge_pages_only_of_2_mb_and_not_turned_off(tmp_path, enabled, size, want):
+    if enabled is not None:
+        (tmp_path / "enabled").write_text(enabled + "\n")
+        (tmp_path / "hpage_pmd_size").write_text(f"{size}\n")
+    assert _huge_pages(tmp_path) is want
+
+
 @pytest.mark.skipif(not _huge_pages(), reason="no transparent huge pages")
 def test_weights_and_kv_live_in_maps_advised_for_huge_pages(default_model):
     """Every matmul weight's arrays lie in one anonymous map with the huge-page advice

@@ -345,15 +345,15 @@ def _one_map(packed: list[quant.Packed]) -> mmap.mmap | None:
     return area
 
 
-def _huge_pages() -> bool:
-    """Whether an anonymous map advised for huge pages gets them: Linux with transparent
-    huge pages on ("always" or "madvise")."""
+def _huge_pages(thp: Path = Path("/sys/kernel/mm/transparent_hugepage")) -> bool:
+    """Whether an anonymous map advised for huge pages gets 2 MB ones: Linux with
+    transparent huge pages on ("always" or "madvise") of that size (an arm64 kernel
+    with 64 KB base pages has 512 MB ones: a sequence's first block would cost one)."""
     try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-            mode = f.read()
-    except OSError:
+        mode, size = (thp / "enabled").read_text(), int((thp / "hpage_pmd_size").read_text())
+    except (OSError, ValueError):
         return False
-    return hasattr(mmap, "MADV_HUGEPAGE") and "[never]" not in mode
+    return hasattr(mmap, "MADV_HUGEPAGE") and "[never]" not in mode and size == 2 << 20
 
 
 def _aligned(n: int) -> int:
