@@ -4,7 +4,7 @@ kept quantized.
 A GGUF's weights load in their own formats, repacked losslessly (quant.py);
 a safetensors checkpoint's matmul weights are quantized at load to the
 format the user picks (--weights).  Norms, biases and rope tables stay fp32.
-The packed weights share one anonymous map advised for 2 MB pages.
+Where Linux gives 2 MB pages, the packed weights share one map advised for them.
 The KV cache is fp16 in one anonymous memory map: the operating system
 backs a block with memory only once a sequence writes it.  A hybrid's
 deltanet states live in slots of another such map (tf_kernels.h).
@@ -243,9 +243,9 @@ class NativeModel:
             else:
                 runs.append([b, b + 1])
         m, halves = self.struct, 2 * self.attention_layers
-        # (map, a block's bytes in a region, the regions' starts): block-major codes are one region
-        maps = [(self._kv, m.block_stride, [0]) if self._block_major else
-                (self._kv, m.block_stride, [h * m.kv_stride for h in range(halves)])]
+        # (map, a block's bytes in a region, the regions' starts): block by block, one region
+        starts = [0] if self._block_major else [h * m.kv_stride for h in range(halves)]
+        maps = [(self._kv, m.block_stride, starts)]
         if self._scales is not None:
             region = m.scale_region * 4
             maps.append((self._scales, m.kv_heads * m.block_size * 4, [h * region for h in range(halves)]))
