@@ -108,7 +108,10 @@ class NativeModel:
         self.hybrid = hybrid
         arrays = {id(v): v for v in w.values()}.values()        # a tied head once
         self.weight_bytes = sum(quant.nbytes(v) if isinstance(v, quant.Packed) else v.nbytes for v in arrays)
-        self._weights_map = _one_map([v for v in arrays if isinstance(v, quant.Packed)])
+        # where Linux gives 2 MB pages: the weights in one map, the KV block by block (allocate_kv)
+        self._block_major = _huge_pages()
+        packed = [v for v in arrays if isinstance(v, quant.Packed)]
+        self._weights_map = _one_map(packed) if self._block_major else None
         layers = (lib.Layer * a.layers)()
         for i, kind in enumerate(self.kinds):
             p = f"model.layers.{i}."
@@ -206,8 +209,7 @@ class NativeModel:
         a, m, int8 = self.args, self.struct, self.kv_cache == "int8"
         block = m.kv_heads * block_size * a.head_dim * (1 if int8 else 2)
         halves = 2 * self.attention_layers
-        self._block_major = _huge_pages()
-        pages = (lambda n: n) if int8 else (lambda n: -(-n // mmap.PAGESIZE) * mmap.PAGESIZE)
+        pages = (lambda n: n) if int8 else (lambda n: _round_up(n, mmap.PAGESIZE))
         if self._block_major:
             m.block_stride, m.kv_stride = pages(halves * block), block
         else:
@@ -252,7 +254,7 @@ class NativeModel:
         for area, size, starts in maps:
             for first, end in runs:
                 for base in starts:
-                    start = -(-(base + first * size) // mmap.PAGESIZE) * mmap.PAGESIZE
+                    start = _round_up(base + first * size, mmap.PAGESIZE)
                     stop = (base + end * size) // mmap.PAGESIZE * mmap.PAGESIZE
                     if stop > start:
                         area.madvise(mmap.MADV_DONTNEED, start, stop - start)
@@ -321,18 +323,15 @@ class NativeModel:
         self.struct.gather = gather
 
 
-def _one_map(packed: list[quant.Packed]) -> mmap.mmap | None:
+def _one_map(packed: list[quant.Packed]) -> mmap.mmap:
     """Move the packed weights' arrays into one anonymous map that Linux backs with 2 MB
     pages: a model of small tensors (SmolLM2's are under 1 MB, each its own 4 KB-paged
     allocation) then streams its weights without a page walk every 4 KB, and the
     hardware prefetcher runs on across what were page boundaries (SmolLM2 Q4_1, one
     Zen 4 thread, `bench decode`: 170 -> 187-201 tok/s).  The Qwen2.5 GGUFs' big tensors
-    had 2 MB pages already (numpy advises arrays of 4 MB and up): no change there.
-    None where the system gives no huge pages (macOS)."""
-    if not _huge_pages():
-        return None
+    had 2 MB pages already (numpy advises arrays of 4 MB and up): no change there."""
     arrays = [(p, name) for p in packed for name in ("q", "s") if getattr(p, name).nbytes]
-    size = sum(_aligned(getattr(p, name).nbytes) for p, name in arrays)
+    size = sum(_round_up(getattr(p, name).nbytes, 64) for p, name in arrays)
     area, _ = _anonymous(size)
     area.madvise(mmap.MADV_HUGEPAGE)
     at = 0
@@ -341,7 +340,7 @@ def _one_map(packed: list[quant.Packed]) -> mmap.mmap | None:
         view = np.frombuffer(area, a.dtype, a.size, at).reshape(a.shape)
         view[...] = a
         setattr(p, name, view)          # the old array goes as its last reference does
-        at += _aligned(a.nbytes)
+        at += _round_up(a.nbytes, 64)              # each array on a cache line of its own
     return area
 
 
@@ -356,9 +355,9 @@ def _huge_pages(thp: Path = Path("/sys/kernel/mm/transparent_hugepage")) -> bool
     return hasattr(mmap, "MADV_HUGEPAGE") and "[never]" not in mode and size == 2 << 20
 
 
-def _aligned(n: int) -> int:
-    """n rounded up to a cache line."""
-    return -(-n // 64) * 64
+def _round_up(n: int, unit: int) -> int:
+    """n rounded up to a multiple of unit."""
+    return -(-n // unit) * unit
 
 
 def _anonymous(size: int) -> tuple[mmap.mmap, C.Array]:
@@ -375,7 +374,7 @@ def slot_bytes(hybrid: HybridArgs | None) -> int:
     """One sequence's deltanet state (of `hybrid`'s heads), padded to whole pages; 0 without."""
     if not (hybrid and hybrid.deltanet_layers):
         return 0
-    return -(-4 * hybrid.state_floats // mmap.PAGESIZE) * mmap.PAGESIZE
+    return _round_up(4 * hybrid.state_floats, mmap.PAGESIZE)
 
 
 def _take_shard(w: dict, a: ModelArgs, shard: Shard, hybrid: HybridArgs | None) -> None:
