@@ -76,10 +76,10 @@ static void check_linear(const char *name, tf_weight w) {
     }
 }
 
-/* Q4_0/Q5_0-style blocks (nibbles, fifth bits, d and m) and Q8 with or without a min;
+/* Q4_0/Q5_0-style blocks (nibbles, fifth bits, d and, with TF_HAS_MIN, m) and Q8 with or without a min;
  * scales fp32, or fp16 with TF_HALF (as GGUF files store them). */
 static tf_weight block_weight(int fmt, int flags, int n, int k) {
-    int nb = k / 32, S = fmt == TF_Q4A || (flags & TF_HAS_MIN) ? 2 : 1, qrow = fmt == TF_Q8 ? k : k / 2;
+    int nb = k / 32, S = flags & TF_HAS_MIN ? 2 : 1, qrow = fmt == TF_Q8 ? k : k / 2;
     int es = flags & TF_HALF ? 2 : 4;
     uint8_t *q = zalloc((size_t)n * qrow), *qh = zalloc((size_t)n * nb * 4), *s = zalloc((size_t)n * S * nb * es);
     for (size_t i = 0; i < (size_t)n * qrow; i++) q[i] = (uint8_t)rnd();
@@ -179,12 +179,15 @@ static void run_rms_norm(void *ctx, float *y) { (void)ctx; tf_rms_norm(xa, xb, 1
 
 int main(void) {
     const int n = 40, k = 512;
-    check_linear("q4a", block_weight(TF_Q4A, 0, n, k));
-    check_linear("q5a", block_weight(TF_Q4A, TF_HIGH, n, k));
+    check_linear("q4a", block_weight(TF_Q4A, TF_HAS_MIN, n, k));
+    check_linear("q5a", block_weight(TF_Q4A, TF_HIGH | TF_HAS_MIN, n, k));
+    check_linear("q4o", block_weight(TF_Q4A, 0, n, k));
+    check_linear("q5o", block_weight(TF_Q4A, TF_HIGH, n, k));
     check_linear("q8", block_weight(TF_Q8, 0, n, k));
     check_linear("q8m", block_weight(TF_Q8, TF_HAS_MIN, n, k));
-    check_linear("q4a-half", block_weight(TF_Q4A, TF_HALF, n, k));
-    check_linear("q5a-half", block_weight(TF_Q4A, TF_HIGH | TF_HALF, n, k));
+    check_linear("q4a-half", block_weight(TF_Q4A, TF_HAS_MIN | TF_HALF, n, k));
+    check_linear("q5a-half", block_weight(TF_Q4A, TF_HIGH | TF_HAS_MIN | TF_HALF, n, k));
+    check_linear("q5o-half", block_weight(TF_Q4A, TF_HIGH | TF_HALF, n, k));
     check_linear("q8-half", block_weight(TF_Q8, TF_HALF, n, k));
     check_linear("k4", k_weight(TF_K4, n, k));
     check_linear("k5", k_weight(TF_K5, n, k));

@@ -108,6 +108,8 @@ def _packs() -> dict[str, Q.Packed]:
         "gguf_q5_k": Q.pack_gguf(QT.Q5_K, random_raw(QT.Q5_K, N, K, seed=2), N, K),
         "gguf_q4_k": Q.pack_gguf(QT.Q4_K, random_raw(QT.Q4_K, N, K, seed=4), N, K),
         "gguf_q8_0": Q.pack_gguf(QT.Q8_0, random_raw(QT.Q8_0, N, K, seed=3), N, K),
+        "gguf_q5_0": Q.pack_gguf(QT.Q5_0, random_raw(QT.Q5_0, N, K, seed=5), N, K),     # the fixed offset
+        "gguf_q4_1": Q.pack_gguf(QT.Q4_1, random_raw(QT.Q4_1, N, K, seed=6), N, K),     # a min plane
         "bf16": Q.quantize_float(w(), "bf16"),
     }
 
@@ -253,7 +255,7 @@ def quantize_acts_np(x: np.ndarray, span: int = 32) -> np.ndarray:
 
 def weight_min(p: Q.Packed) -> np.ndarray:
     """The per-block additive term m of each weight element (0 when the format has none)."""
-    if p.fmt in (Q.FMT_Q4A, Q.FMT_K4, Q.FMT_K5) or (p.fmt == Q.FMT_Q8 and p.flags & Q.HAS_MIN):
+    if p.fmt in (Q.FMT_K4, Q.FMT_K5) or (p.fmt in (Q.FMT_Q4A, Q.FMT_Q8) and p.flags & Q.HAS_MIN):
         return np.repeat(Q.scales(p)[:, -1, :], 32, axis=-1)    # float32 [n, S, k/32]; m is the last
     return np.zeros((p.n, p.k), F32)
 

@@ -66,10 +66,10 @@ def test_gguf_repack_matches_gguf_reference(qtype, k):
 
 # fmt, flags, S, bytes per 32 weights in memory (GGUF's own in the comment)
 LAYOUTS = {
-    QT.Q4_0: (Q.FMT_Q4A, Q.HALF, 2, 20),                        # 18
-    QT.Q4_1: (Q.FMT_Q4A, Q.HALF, 2, 20),                        # 20
-    QT.Q5_0: (Q.FMT_Q4A, Q.HIGH | Q.HALF, 2, 24),               # 22
-    QT.Q5_1: (Q.FMT_Q4A, Q.HIGH | Q.HALF, 2, 24),               # 24
+    QT.Q4_0: (Q.FMT_Q4A, Q.HALF, 1, 18),                        # 18
+    QT.Q4_1: (Q.FMT_Q4A, Q.HAS_MIN | Q.HALF, 2, 20),            # 20
+    QT.Q5_0: (Q.FMT_Q4A, Q.HIGH | Q.HALF, 1, 22),               # 22
+    QT.Q5_1: (Q.FMT_Q4A, Q.HIGH | Q.HAS_MIN | Q.HALF, 2, 24),   # 24
     QT.Q8_0: (Q.FMT_Q8, Q.HALF, 1, 34),                         # 34
     QT.Q4_K: (Q.FMT_K4, 0, 0, 18),                              # 18
     QT.Q5_K: (Q.FMT_K5, 0, 0, 22),                              # 22
@@ -106,27 +106,25 @@ def test_gguf_formats_shapes_and_sizes(qtype):
 
 
 def test_half_falls_back_to_float32_when_not_exact():
-    # Q4_0 with d = 2^14: -8d = -2^17 is past fp16's range, so the planes stay float32.
-    n, k = 2, 64
-    raw = random_raw(QT.Q4_0, n, k).reshape(n, 2, 18)
-    raw[1, 1, 0:2] = np.array([16384.0], np.float16).view(np.uint8)
-    raw = raw.reshape(n, -1)
-    p = Q.pack_gguf(QT.Q4_0, raw, n, k)
-    assert p.flags == 0 and Q.scales(p)[1, 1, 1] == -131072.0
-    assert np.array_equal(bits(Q.dequantize(p)), bits(gq.dequantize(raw, QT.Q4_0).reshape(n, k)))
-    # Q5_0 with d = 4096: -16d = -65536 is not an fp16 value either
-    raw = random_raw(QT.Q5_0, n, k).reshape(n, 2, 22)
-    raw[0, 0, 0:2] = np.array([4096.0], np.float16).view(np.uint8)
-    p = Q.pack_gguf(QT.Q5_0, raw.reshape(n, -1), n, k)
-    assert p.flags == Q.HIGH
+    # a min of 2^17 is past fp16's range, so the planes stay float32
+    d, m = np.full((2, 2), 0.5, np.float32), np.full((2, 2), 0.25, np.float32)
+    qs = np.zeros((2, 32), np.uint8)
+    assert Q.pack_q4a(2, 64, qs, d, m, half=True).flags == Q.HALF | Q.HAS_MIN
+    m[1, 1] = 131072.0
+    p = Q.pack_q4a(2, 64, qs, d, m, half=True)
+    assert p.flags == Q.HAS_MIN and Q.scales(p)[1, 1, 1] == 131072.0
 
 
-def test_q4_0_scales_exact():
-    raw = random_raw(QT.Q4_0, 2, 64)
-    p = Q.pack_gguf(QT.Q4_0, raw, 2, 64)
-    d = raw.reshape(2, 2, 18)[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
-    assert np.array_equal(Q.scales(p)[:, 0], d)
-    assert np.array_equal(Q.scales(p)[:, 1], -8 * d)
+@pytest.mark.parametrize("qtype, offset", [(QT.Q4_0, 8), (QT.Q5_0, 16)])
+def test_q4_0_and_q5_0_keep_their_offset_exact(qtype, offset):
+    # one fp16 scale plane, the file's d; the integers are the stored values less the offset
+    size = 18 if qtype == QT.Q4_0 else 22
+    raw = random_raw(qtype, 2, 64)
+    p = Q.pack_gguf(qtype, raw, 2, 64)
+    d = raw.reshape(2, 2, size)[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    assert Q.scales(p).shape == (2, 1, 2) and np.array_equal(Q.scales(p)[:, 0], d)
+    v = Q.values(p)
+    assert v.min() >= -offset and v.max() < offset and v.min() < 0
 
 
 def k_scales(sb):
@@ -191,7 +189,7 @@ def test_q6_k_values_range():
 @pytest.mark.parametrize("qtype", [QT.Q5_K, QT.Q5_0, QT.Q5_1])
 def test_five_bit_values_range(qtype):
     p = Q.pack_gguf(qtype, random_raw(qtype, 2, 256), 2, 256)
-    v = Q.values(p)
+    v = Q.values(p) + (16 if qtype == QT.Q5_0 else 0)
     assert v.min() == 0 and v.max() == 31
 
 
@@ -202,7 +200,7 @@ def test_q4a_nibble_layout_hand_built():
     qs = (vals[:16] | (vals[16:] << 4)).astype(np.uint8)
     raw = np.concatenate([np.array([1.0], np.float16).view(np.uint8), qs])[None, :]
     p = Q.pack_gguf(QT.Q4_0, raw, 1, 32)
-    assert np.array_equal(Q.values(p)[0, 0], vals)
+    assert np.array_equal(Q.values(p)[0, 0], vals.astype(np.int16) - 8)
     assert np.array_equal(Q.dequantize(p)[0], vals.astype(np.float32) - 8)
     # output t's bytes 4m..4m+3 sit at 64m + 4t in its group's record (t = 0 here)
     for m in range(4):
@@ -286,9 +284,8 @@ def test_quantize_q4_0_error_bound():
     w = (rng.standard_normal((8, 256)) * rng.uniform(0.01, 10, (8, 1))).astype(np.float32)
     w[1, 32:64] = 0.0
     p = Q.quantize_float(w, "q4_0")
-    assert (p.fmt, Q.scales(p).shape) == (Q.FMT_Q4A, (8, 2, 8))
-    d, m = Q.scales(p)[:, 0], Q.scales(p)[:, 1]
-    assert np.array_equal(m, d * np.float32(-8))
+    assert (p.fmt, p.flags, Q.scales(p).shape) == (Q.FMT_Q4A, 0, (8, 1, 8))
+    d = Q.scales(p)[:, 0]
     back = Q.dequantize(p)
     err = np.abs(_blocks(back - w))
     assert np.all(err <= np.abs(d)[..., None] * (1 + 1e-5) + 1e-30)
@@ -307,7 +304,7 @@ def test_quantize_q4_0_matches_gguf_nibbles():
     w[:, ::32] = -2.0  # vmax = -2 -> d = 0.25 (exact in fp16)
     p = Q.quantize_float(w, "q4_0")
     raw = gq.quantize(w, QT.Q4_0).reshape(2, 2, 18)[..., 2:]
-    assert np.array_equal(Q.values(p), np.concatenate([raw & 0x0F, raw >> 4], axis=-1))
+    assert np.array_equal(Q.values(p), np.concatenate([raw & 0x0F, raw >> 4], axis=-1).astype(np.int16) - 8)
 
 
 def test_quantize_bf16():

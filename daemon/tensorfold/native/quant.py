@@ -6,10 +6,11 @@ multiple of 32, cut into blocks of 32 inputs (nb = k // 32).
 FMT_Q4A (4-bit affine) and FMT_Q8 are built from a row-major form (what
 ``pack_q4a`` and ``pack_q8`` take), then regrouped by sixteen outputs (``tf_bpack``):
     FMT_Q4A: 16 bytes per block, byte i holds element i in its low nibble and
-    element i + 16 in its high nibble, S = 2 scales per block (d, m); value =
-    float32(q) * d + m (a float32 multiply, then a float32 add).  q is the nibble
-    (0..15), or with the HIGH flag nibble | bit << 4 (0..31), 4 bytes per block of
-    fifth bits (bit e % 8 of byte e // 8 is bit 4 of element e).
+    element i + 16 in its high nibble, S = 1 + HAS_MIN scales per block (d[, m]);
+    value = float32(q) * d, then ``+ m`` (float32 add) when HAS_MIN is set.  The
+    stored u is the nibble (0..15), or with the HIGH flag nibble | bit << 4 (0..31),
+    4 bytes per block of fifth bits (bit e % 8 of byte e // 8 is bit 4 of element
+    e); q = u with HAS_MIN, else u - 8 (HIGH: u - 16), GGUF's Q4_0 and Q5_0.
     FMT_Q8: int8 q, S = 1 + HAS_MIN scales (d[, m]); value = float32(q) * d, then
     ``+ m`` (float32 add) when HAS_MIN is set.
 The grouped layout (tf_kernels.h has the byte order): ``q`` uint8 ``[G, nb *
@@ -33,12 +34,11 @@ byte order.  The C packer (``tf_kpack``) writes them.  K4/K5: value = q * (d * s
 integers over whole super-blocks (tf_kernels.h, "K dot").
 
 ``pack_gguf`` repacks GGUF tensors losslessly; bytes per 32 weights (GGUF's own):
-    Q4_0 -> Q4A HALF 20 (18)            Q4_1 -> Q4A HALF 20 (20)
-    Q5_0 -> Q4A HIGH HALF 24 (22)       Q5_1 -> Q4A HIGH HALF 24 (24)
+    Q4_0 -> Q4A HALF 18 (18)            Q4_1 -> Q4A HAS_MIN HALF 20 (20)
+    Q5_0 -> Q4A HIGH HALF 22 (22)       Q5_1 -> Q4A HIGH HAS_MIN HALF 24 (24)
     Q8_0 -> Q8 HALF 34 (34)             Q4_K -> K4 18 (18)
     Q5_K -> K5 22 (22)                  Q6_K -> K6 26.75 (26.25)
-A HALF plane that would not be exact (-8d or -16d past fp16's range) stays
-float32.  Float tensors are quantized with ``quantize_float``, whose scales
+Float tensors are quantized with ``quantize_float``, whose scales
 (amax / 127) are not fp16 values: float32.  ``dequantize`` is the float32
 reference the C kernels are tested against; ``expand`` gives a Q4A or Q8 weight
 with float32 scales and no fifth-bit plane.
@@ -54,7 +54,7 @@ from gguf.constants import GGML_QUANT_SIZES
 
 FMT_Q4A, FMT_Q8, FMT_BF16, FMT_K4, FMT_K5, FMT_K6 = 1, 2, 3, 4, 5, 6
 K_FORMATS = (FMT_K4, FMT_K5, FMT_K6)
-HAS_MIN = 2  # flag for FMT_Q8
+HAS_MIN = 2  # flag for FMT_Q4A and FMT_Q8: a min plane
 HIGH = 4  # flag for FMT_Q4A: a fifth bit per element
 HALF = 8  # scale encoding of FMT_Q4A and FMT_Q8
 
@@ -96,15 +96,14 @@ def values(p: Packed) -> np.ndarray:
 
 def expand(p: Packed) -> Packed:
     """The same Q4A or Q8 weight with float32 scales and no fifth-bit plane: a HIGH Q4A
-    becomes Q8 with a min (the same integers and scales, so the kernels give the same
-    bits)."""
+    becomes Q8 (the same integers and scales, so the kernels give the same bits)."""
     if p.fmt not in (FMT_Q4A, FMT_Q8):
         raise ValueError("expand takes a Q4A or Q8 weight")
     s, v = scales(p), values(p)
     planes = [s[:, i] for i in range(s.shape[1])]
     if p.fmt == FMT_Q8 or p.flags & HIGH:
-        return pack_q8(p.n, p.k, HAS_MIN if p.fmt == FMT_Q4A else p.flags & HAS_MIN, v, planes)
-    return pack_q4a(p.n, p.k, _nibbles_to_q4a(v.astype(np.uint8)), *planes)
+        return pack_q8(p.n, p.k, p.flags & HAS_MIN, v, planes)
+    return pack_q4a(p.n, p.k, _nibbles_to_q4a((v + _q4a_offset(p.flags)).astype(np.uint8)), *planes)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -113,6 +112,11 @@ def expand(p: Packed) -> Packed:
 def _f16(b: np.ndarray) -> np.ndarray:
     """uint8 [..., 2] little-endian fp16 -> float32 [...] (exact)."""
     return np.ascontiguousarray(b).view(np.float16)[..., 0].astype(_F32)
+
+
+def _q4a_offset(flags: int) -> int:
+    """What a Q4A weight's stored values exceed its integers q by: 0 with a min plane."""
+    return 0 if flags & HAS_MIN else 16 if flags & HIGH else 8
 
 
 def _nibbles_to_q4a(v: np.ndarray) -> np.ndarray:
@@ -140,11 +144,13 @@ def _planes(n: int, planes: list[np.ndarray], half: bool) -> tuple[int, np.ndarr
     return 0, s
 
 
-def pack_q4a(n: int, k: int, qbytes: np.ndarray, d: np.ndarray, m: np.ndarray, half: bool = False,
-         qh: np.ndarray | None = None) -> Packed:
-    """Q4A from the row-major form: nibble bytes [n, k // 2], scales, fifth bits [n, k // 8]."""
-    enc, s = _planes(n, [d, m], half)
-    return _b_group(FMT_Q4A, enc | (HIGH if qh is not None else 0), n, k, qbytes, s, qh)
+def pack_q4a(n: int, k: int, qbytes: np.ndarray, d: np.ndarray, m: np.ndarray | None = None, half: bool = False,
+             qh: np.ndarray | None = None) -> Packed:
+    """Q4A from the row-major form: nibble bytes [n, k // 2], scales (no m: the fixed
+    offset), fifth bits [n, k // 8]."""
+    enc, s = _planes(n, [d] if m is None else [d, m], half)
+    flags = enc | (HIGH if qh is not None else 0) | (0 if m is None else HAS_MIN)
+    return _b_group(FMT_Q4A, flags, n, k, qbytes, s, qh)
 
 
 def pack_q8(n: int, k: int, flags: int, qvals: np.ndarray, scales: list[np.ndarray], half: bool = False) -> Packed:
@@ -193,6 +199,7 @@ def _b_values(p: Packed) -> np.ndarray:
         if p.flags & HIGH:
             h = np.unpackbits(bits[..., 256:320, None], axis=-1, bitorder="little")      # [G, b, 4t + i, j]
             v |= h.swapaxes(-1, -2).reshape(G, nb, 8, 16, 4).astype(np.int16) << 4
+        v -= _q4a_offset(p.flags)
     return _ungroup(v.transpose(0, 3, 1, 2, 4), p.n).reshape(p.n, nb, 32)           # element 4j + i
 
 
@@ -306,8 +313,7 @@ def pack_gguf(qtype, data: np.ndarray, n: int, k: int) -> Packed:
 
 
 def _from_q4_0(blk, n, k):  # block: fp16 d, 16 bytes nibbles (already the Q4A order)
-    d = _f16(blk[..., 0:2])
-    return pack_q4a(n, k, blk[..., 2:], d, d * _F32(-8), half=True)
+    return pack_q4a(n, k, blk[..., 2:], _f16(blk[..., 0:2]), half=True)
 
 
 def _from_q4_1(blk, n, k):  # block: fp16 d, fp16 m, 16 bytes nibbles
@@ -316,8 +322,7 @@ def _from_q4_1(blk, n, k):  # block: fp16 d, fp16 m, 16 bytes nibbles
 
 def _from_q5_0(blk, n, k):  # block: fp16 d, 4 bytes qh, 16 nibble bytes; value = d * (q - 16)
     # qh is a little-endian uint32 whose bit e is bit 4 of element e: already the HIGH layout
-    d = _f16(blk[..., 0:2])
-    return pack_q4a(n, k, blk[..., 6:22], d, d * _F32(-16), half=True, qh=blk[..., 2:6])
+    return pack_q4a(n, k, blk[..., 6:22], _f16(blk[..., 0:2]), half=True, qh=blk[..., 2:6])
 
 
 def _from_q5_1(blk, n, k):  # block: fp16 d, fp16 m, 4 bytes qh, 16 nibble bytes; value = d * q + m
@@ -371,7 +376,7 @@ def quantize_float(w: np.ndarray, kind: str) -> Packed:
         d = vmax / _F32(-8)
         inv = np.where(d == 0, _F32(0), _F32(1) / d).astype(_F32)
         q = np.clip(np.floor(b * inv[..., None] + _F32(8.5)), 0, 15).astype(np.uint8)
-        return pack_q4a(n, k, _nibbles_to_q4a(q), d, d * _F32(-8))
+        return pack_q4a(n, k, _nibbles_to_q4a(q), d)
 
 
 # --------------------------------------------------------------------------- reference
@@ -386,7 +391,7 @@ def dequantize(p: Packed) -> np.ndarray:
         raise ValueError(f"unknown packed format {p.fmt}")
     s = scales(p).transpose(0, 2, 1)               # [n, nb, S] float32
     v = values(p).astype(_F32)                     # [n, nb, 32]
-    if p.fmt in (FMT_Q4A, FMT_K4, FMT_K5):
+    if p.fmt in (FMT_K4, FMT_K5):
         return (v * s[..., 0:1] + s[..., 1:2]).reshape(n, k)
     if p.fmt == FMT_K6:
         return (v * np.repeat(s[..., 0:2], 16, axis=-1)).reshape(n, k)

@@ -18,16 +18,20 @@
 enum { BG = 16, BQ4 = 256, BQ5 = 320, BQ8 = 512, B_HIGH = 256 };
 
 static inline int bq_bytes(int fmt, int flags) { return fmt == TF_Q8 ? BQ8 : (flags & TF_HIGH) ? BQ5 : BQ4; }
-static inline int bplanes(int fmt, int flags) { return fmt == TF_Q4A || (flags & TF_HAS_MIN) ? 2 : 1; }
+static inline int bplanes(int flags) { return flags & TF_HAS_MIN ? 2 : 1; }
+/* A Q4A weight without a min plane (GGUF's Q4_0, Q5_0) has the fixed offset 8 (16 with
+ * TF_HIGH): its integer values are the stored q minus that, so the offset is part of
+ * the block's exact integer total (the activations' -128 * sum, divided by 128 / off). */
+static inline int boffset(int fmt, int flags) { return fmt == TF_Q4A && !(flags & TF_HAS_MIN) ? 8 << !!(flags & TF_HIGH) : 0; }
 static inline int bscale_bytes(int flags) { return (flags & TF_HALF) ? 2 : 4; }
-static inline int bs_bytes(int fmt, int flags) { return bplanes(fmt, flags) * BG * bscale_bytes(flags); }
+static inline int bs_bytes(int flags) { return bplanes(flags) * BG * bscale_bytes(flags); }
 
 /* group g's record of block b */
 static inline const uint8_t *bbits(const tf_weight *w, int64_t g, int64_t b) {
     return w->q + (g * (w->k / 32) + b) * bq_bytes(w->fmt, w->flags);
 }
 static inline const uint8_t *bmeta(const tf_weight *w, int64_t g, int64_t b) {
-    return (const uint8_t *)w->s + (g * (w->k / 32) + b) * bs_bytes(w->fmt, w->flags);
+    return (const uint8_t *)w->s + (g * (w->k / 32) + b) * bs_bytes(w->flags);
 }
 
 /* Where a record keeps output t's element e = 4j + i (the one statement of the layout
@@ -48,7 +52,7 @@ static inline int bq_at(const tf_weight *w, const uint8_t *rec, int t, int e) {
     if (w->fmt == TF_Q8) return (int8_t)v;
     v = e < 16 ? v & 15 : v >> 4;
     if (w->flags & TF_HIGH) v |= ((rec[bhigh_at(p)] >> (e / 4)) & 1) << 4;
-    return v;
+    return v - boffset(w->fmt, w->flags);
 }
 
 /* Output t's scale in plane p, exactly the fp32 value the encoding stores. */
@@ -74,7 +78,7 @@ static inline int32_t x4(const int8_t *p) {
 
 static void brows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) {
     int64_t k = w->k, nb = k / 32;
-    int mins = bplanes(w->fmt, w->flags) == 2;
+    int mins = bplanes(w->flags) == 2;
     for (int64_t g = n0 / BG; g * BG < n1; g++)
         for (int64_t r = 0; r < a->rows; r++) {
             float acc[BG];
@@ -111,13 +115,15 @@ static void brows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, floa
 #endif
 #define BLOCK_WALK(w, g, a, r0, k, nb, Q4, HIGH, MIN)                                                \
     const int fmt = Q4 ? TF_Q4A : TF_Q8, flags = (w)->flags;                                        \
-    const int QB = Q4 ? (HIGH ? BQ5 : BQ4) : BQ8, SB = (Q4 || MIN ? 2 : 1) * BG * bscale_bytes(flags); \
+    const int QB = Q4 ? (HIGH ? BQ5 : BQ4) : BQ8, SB = (MIN ? 2 : 1) * BG * bscale_bytes(flags);    \
     const int64_t meta_ahead = TF_BDIST / QB * SB;                                                  \
     const uint8_t *rec = bbits(w, g, 0), *meta = bmeta(w, g, 0);                                    \
     const int8_t *xq0 = (a)->q + (int64_t)(r0) * (k);                                               \
     const float *xs0 = (a)->s + (int64_t)(r0) * (nb), *xsum0 = (a)->xsum + (int64_t)(r0) * (nb);    \
     const int32_t *base0 = (a)->base + (int64_t)(r0) * (nb);                                        \
     (void)base0
+/* A Q4A total's start: the offset's part (boffset) for rows' block `at`, or 0 with a min. */
+#define BSTART(Q4, HIGH, MIN, at) (Q4 && !(MIN) ? base0[at] / (HIGH ? 8 : 16) : 0)
 #define BLOCK_AHEAD(ahead, rec, meta)                                                                \
     do {                                                                                            \
         if (ahead) {                                                                                \
@@ -164,7 +170,7 @@ TF_AVX2 TF_INLINE void btile_avx2(const tf_weight *w, int64_t g, int o, const tf
     for (int64_t b = 0; b < nb; b++, rec += QB, meta += SB) {
         BLOCK_AHEAD(ahead, rec, meta);
         __m256i P[8];
-        _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) P[r] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) P[r] = _mm256_set1_epi32(BSTART(Q4, HIGH, MIN, r * nb + b));
         _Pragma("GCC unroll 2") for (int part = 0; part < 2; part++) {
             __m256i v[4], h = HIGH ? _mm256_loadu_si256((const __m256i *)(rec + bhigh_at(32 * o))) : m4;
             _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {
@@ -225,7 +231,7 @@ TF_VNNI TF_INLINE __m512i dpbusd_x4(__m512i p, __m512i v, const int8_t *x) {
 /* AVX-512 VNNI: group g by RT rows, a block at a time: the eight vectors unpacked once
  * (Q8 offset to unsigned by 128, taken back exactly by starting the total at -128 * the
  * row's q sum, where it was an fp32 multiply-add on the multiply pipe: a tenth of the
- * Q8 tile's), one dpbusd per vector and row. */
+ * Q8 tile's; a Q4A's fixed offset likewise), one dpbusd per vector and row. */
 TF_VNNI TF_INLINE void btile_vnni(const tf_weight *w, int64_t g, const tf_acts *a, int r0, int RT,
                                   float *y, int ldy, int n0, int n1, int ahead, int Q4, int HIGH, int MIN) {
     int64_t k = w->k, nb = k / 32;
@@ -250,7 +256,7 @@ TF_VNNI TF_INLINE void btile_vnni(const tf_weight *w, int64_t g, const tf_acts *
         _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {
             int64_t at = r * nb + b;
             const int8_t *xq = xq0 + r * k + b * 32;
-            __m512i p = Q4 ? _mm512_setzero_si512() : _mm512_set1_epi32(base0[at]);
+            __m512i p = _mm512_set1_epi32(Q4 ? BSTART(Q4, HIGH, MIN, at) : base0[at]);
             _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
                 p = dpbusd_x4(p, v[j], xq + 4 * j);
             __m512 P = _mm512_cvtepi32_ps(p);
@@ -288,13 +294,16 @@ ATTR static void NAME##_##f(const tf_weight *w, int n0, int n1, const tf_acts *a
 #define TF_BKERNELS(NAME, ATTR, RMAX)                                                                \
 TF_BFORMAT(NAME, ATTR, q4a, 1, 0, 1, RMAX)                                                           \
 TF_BFORMAT(NAME, ATTR, q5a, 1, 1, 1, RMAX)                                                           \
+TF_BFORMAT(NAME, ATTR, q4o, 1, 0, 0, RMAX)                                                           \
+TF_BFORMAT(NAME, ATTR, q5o, 1, 1, 0, RMAX)                                                           \
 TF_BFORMAT(NAME, ATTR, q8m, 0, 0, 1, RMAX)                                                           \
 TF_BFORMAT(NAME, ATTR, q8, 0, 0, 0, RMAX)                                                            \
 ATTR static void NAME##_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y, int ldy) { \
+    int min_ = w->flags & TF_HAS_MIN;                                                               \
     if (w->fmt == TF_Q4A) {                                                                         \
-        if (w->flags & TF_HIGH) NAME##_q5a(w, n0, n1, a, y, ldy);                                   \
-        else NAME##_q4a(w, n0, n1, a, y, ldy);                                                      \
-    } else if (w->flags & TF_HAS_MIN) NAME##_q8m(w, n0, n1, a, y, ldy);                             \
+        if (w->flags & TF_HIGH) (min_ ? NAME##_q5a : NAME##_q5o)(w, n0, n1, a, y, ldy);             \
+        else (min_ ? NAME##_q4a : NAME##_q4o)(w, n0, n1, a, y, ldy);                                \
+    } else if (min_) NAME##_q8m(w, n0, n1, a, y, ldy);                             \
     else NAME##_q8(w, n0, n1, a, y, ldy);                                                           \
 }
 
@@ -346,7 +355,7 @@ static inline float32x4_t bscale4_neon(const tf_weight *w, const uint8_t *meta, 
 static inline __attribute__((always_inline)) void btile_neon(const tf_weight *w, int64_t g, const tf_acts *a, int r0,
                                                              int RT, float *y, int ldy, int n0, int n1) {
     int64_t k = w->k, nb = k / 32;
-    int mins = bplanes(w->fmt, w->flags) == 2;
+    int mins = bplanes(w->flags) == 2, off = boffset(w->fmt, w->flags);
     float out[4][BG];
     for (int o = 0; o < 4; o++) {
         float32x4_t acc[4];
@@ -359,7 +368,7 @@ static inline __attribute__((always_inline)) void btile_neon(const tf_weight *w,
             for (int r = 0; r < RT; r++) {
                 int64_t at = (int64_t)(r0 + r) * nb + b;
                 const int8_t *xq = a->q + (int64_t)(r0 + r) * k + b * 32;
-                int32x4_t P = vdupq_n_s32(0);
+                int32x4_t P = vdupq_n_s32(off ? a->base[at] / (128 / off) : 0);
                 for (int j = 0; j < 8; j++) P = dot4(P, v[j], vreinterpretq_s8_s32(vdupq_n_s32(x4(xq + 4 * j))));
                 acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(P), vmulq_n_f32(d, a->s[at]));
                 if (mins) acc[r] = vfmaq_f32(acc[r], vdupq_n_f32(a->xsum[at]), m);
@@ -391,7 +400,7 @@ void tf_bdot_rows(const tf_weight *w, int n0, int n1, const tf_acts *a, float *y
 
 /* One output row as fp32: q * d (+ m), a multiply then an add. */
 void tf_bdequant_row(const tf_weight *w, int n, float *out) {
-    int mins = bplanes(w->fmt, w->flags) == 2, t = n % BG;
+    int mins = bplanes(w->flags) == 2, t = n % BG;
     for (int64_t b = 0; b < w->k / 32; b++) {
         const uint8_t *rec = bbits(w, n / BG, b), *meta = bmeta(w, n / BG, b);
         float d = bscale(w, meta, 0, t), m = mins ? bscale(w, meta, 1, t) : 0.0f;
@@ -413,8 +422,8 @@ typedef struct {
 /* The rows of groups [ith/nth, (ith+1)/nth) of the whole: threads never share a record. */
 static void bpack_rows(void *ctx, int ith, int nth) {
     const bpack_job *p = ctx;
-    int fmt = p->fmt, flags = p->flags, S = bplanes(fmt, flags), es = bscale_bytes(flags);
-    int64_t nb = p->k / 32, QB = bq_bytes(fmt, flags), SB = bs_bytes(fmt, flags), groups = (p->n + BG - 1) / BG;
+    int fmt = p->fmt, flags = p->flags, S = bplanes(flags), es = bscale_bytes(flags);
+    int64_t nb = p->k / 32, QB = bq_bytes(fmt, flags), SB = bs_bytes(flags), groups = (p->n + BG - 1) / BG;
     int64_t r0 = groups * ith / nth * BG, r1 = groups * (ith + 1) / nth * BG;
     if (r1 > p->n) r1 = p->n;
     for (int64_t row = r0; row < r1; row++) {

@@ -32,9 +32,10 @@
 #define TF_MAX_RANKS 8
 
 enum { TF_Q4A = 1, TF_Q8 = 2, TF_BF16 = 3, TF_K4 = 4, TF_K5 = 5, TF_K6 = 6 };
-/* flags.  TF_HIGH (Q4A) adds a fifth bit to each nibble; TF_HAS_MIN (Q8) adds a
- * min plane; TF_HALF stores the scales as fp16 (exactly the fp32 values the packer
- * found them to be; else fp32). */
+/* flags.  TF_HIGH (Q4A) adds a fifth bit to each nibble; TF_HAS_MIN (Q4A, Q8) adds a
+ * min plane (a Q4A without one has the fixed offset of GGUF's Q4_0 and Q5_0); TF_HALF
+ * stores the scales as fp16 (exactly the fp32 values the packer found them to be; else
+ * fp32). */
 enum { TF_HAS_MIN = 2, TF_HIGH = 4, TF_HALF = 8 };
 
 /* A quantized weight: n outputs of k inputs, in blocks of 32 inputs (nb = k/32).
@@ -47,8 +48,9 @@ enum { TF_HAS_MIN = 2, TF_HIGH = 4, TF_HALF = 8 };
  *   Q4A       vector j % 4, the low nibble for e < 16, the high for e >= 16 (each
  *             dword of a GGUF Q4 block as it is); TF_HIGH: bit 4 of the value at bit
  *             j of byte 256 + 4t + i.
- * Scales: S planes (Q4A: d, m; Q8: d[, m]) of sixteen values each, fp32 or fp16
- * (TF_HALF); element e's value = q * d (+ m), one fp32 multiply then one fp32 add.
+ * Scales: S planes (d[, m] with TF_HAS_MIN) of sixteen values each, fp32 or fp16
+ * (TF_HALF); element e's value = q * d (+ m), one fp32 multiply then one fp32 add,
+ * where a Q4A's q is the stored value less 8 (16 with TF_HIGH) when it has no m.
  *
  * K4, K5, K6 (k a multiple of 256, nsb = k/256 super-blocks): GGUF's Q4_K, Q5_K,
  * Q6_K in groups of eight outputs (G = ceil(n/8) groups; outputs past n are zero).
@@ -68,7 +70,7 @@ enum { TF_HAS_MIN = 2, TF_HIGH = 4, TF_HALF = 8 };
  * path take the activations plus 128 as unsigned bytes); value = (q - 32) * (d * code). */
 typedef struct {
     int32_t fmt;          /* TF_Q4A, TF_Q8, TF_BF16, TF_K4, TF_K5, TF_K6 */
-    int32_t flags;        /* TF_HAS_MIN (Q8), TF_HIGH (Q4A), TF_HALF (Q4A, Q8) */
+    int32_t flags;        /* TF_HAS_MIN (Q4A, Q8), TF_HIGH (Q4A), TF_HALF (Q4A, Q8) */
     int32_t n;            /* outputs */
     int32_t k;            /* inputs (a multiple of 32; of 256 for K formats) */
     const uint8_t *q;     /* the records' value bits, as above; BF16: n*k uint16 */
