@@ -76,8 +76,8 @@ static void check_linear(const char *name, tf_weight w) {
     }
 }
 
-/* Q4_0/Q5_0-style blocks (nibbles, fifth bits, d and, with TF_HAS_MIN, m) and Q8 with or without a min;
- * scales fp32, or fp16 with TF_HALF (as GGUF files store them). */
+/* Q4_0/Q5_0-style blocks (nibbles, fifth bits, d and, with TF_HAS_MIN, m) and Q8 with
+ * or without a min; scales fp32, or fp16 with TF_HALF (as GGUF files store them). */
 static tf_weight block_weight(int fmt, int flags, int n, int k) {
     int nb = k / 32, S = flags & TF_HAS_MIN ? 2 : 1, qrow = fmt == TF_Q8 ? k : k / 2;
     int es = flags & TF_HALF ? 2 : 4;

@@ -21,8 +21,13 @@ static inline int bq_bytes(int fmt, int flags) { return fmt == TF_Q8 ? BQ8 : (fl
 static inline int bplanes(int flags) { return flags & TF_HAS_MIN ? 2 : 1; }
 /* A Q4A weight without a min plane (GGUF's Q4_0, Q5_0) has the fixed offset 8 (16 with
  * TF_HIGH): its integer values are the stored q minus that, so the offset is part of
- * the block's exact integer total (the activations' -128 * sum, divided by 128 / off). */
-static inline int boffset(int fmt, int flags) { return fmt == TF_Q4A && !(flags & TF_HAS_MIN) ? 8 << !!(flags & TF_HIGH) : 0; }
+ * the block's exact integer total, which bstart gives from the activations' base
+ * (-128 * the block's sum: a multiple of 128, so the division is exact). */
+static inline int boffset_of(int q4, int high, int min) { return q4 && !min ? 8 << !!high : 0; }
+static inline int boffset(int fmt, int flags) {
+    return boffset_of(fmt == TF_Q4A, flags & TF_HIGH, flags & TF_HAS_MIN);
+}
+static inline int32_t bstart(int32_t base, int off) { return off ? base / (128 / off) : 0; }
 static inline int bscale_bytes(int flags) { return (flags & TF_HALF) ? 2 : 4; }
 static inline int bs_bytes(int flags) { return bplanes(flags) * BG * bscale_bytes(flags); }
 
@@ -122,8 +127,8 @@ static void brows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, floa
     const float *xs0 = (a)->s + (int64_t)(r0) * (nb), *xsum0 = (a)->xsum + (int64_t)(r0) * (nb);    \
     const int32_t *base0 = (a)->base + (int64_t)(r0) * (nb);                                        \
     (void)base0
-/* A Q4A total's start: the offset's part (boffset) for rows' block `at`, or 0 with a min. */
-#define BSTART(Q4, HIGH, MIN, at) (Q4 && !(MIN) ? base0[at] / (HIGH ? 8 : 16) : 0)
+/* A Q4A total's start for rows' block `at`: the fixed offset's part, or 0 with a min. */
+#define BSTART(Q4, HIGH, MIN, at) bstart(base0[at], boffset_of(Q4, HIGH, MIN))
 #define BLOCK_AHEAD(ahead, rec, meta)                                                                \
     do {                                                                                            \
         if (ahead) {                                                                                \
@@ -303,7 +308,7 @@ ATTR static void NAME##_rows(const tf_weight *w, int n0, int n1, const tf_acts *
     if (w->fmt == TF_Q4A) {                                                                         \
         if (w->flags & TF_HIGH) (min_ ? NAME##_q5a : NAME##_q5o)(w, n0, n1, a, y, ldy);             \
         else (min_ ? NAME##_q4a : NAME##_q4o)(w, n0, n1, a, y, ldy);                                \
-    } else if (min_) NAME##_q8m(w, n0, n1, a, y, ldy);                             \
+    } else if (min_) NAME##_q8m(w, n0, n1, a, y, ldy);                                              \
     else NAME##_q8(w, n0, n1, a, y, ldy);                                                           \
 }
 
@@ -368,7 +373,7 @@ static inline __attribute__((always_inline)) void btile_neon(const tf_weight *w,
             for (int r = 0; r < RT; r++) {
                 int64_t at = (int64_t)(r0 + r) * nb + b;
                 const int8_t *xq = a->q + (int64_t)(r0 + r) * k + b * 32;
-                int32x4_t P = vdupq_n_s32(off ? a->base[at] / (128 / off) : 0);
+                int32x4_t P = vdupq_n_s32(bstart(a->base[at], off));
                 for (int j = 0; j < 8; j++) P = dot4(P, v[j], vreinterpretq_s8_s32(vdupq_n_s32(x4(xq + 4 * j))));
                 acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(P), vmulq_n_f32(d, a->s[at]));
                 if (mins) acc[r] = vfmaq_f32(acc[r], vdupq_n_f32(a->xsum[at]), m);
