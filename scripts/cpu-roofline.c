@@ -1,0 +1,125 @@
+/* The ceilings one core of this x86-64 CPU sets on the CPU engine's decode step: its
+ * clock, how fast it reads memory (one sequential stream, eight interleaved streams,
+ * and 8 KB blocks in random order as the paged KV cache lies), and how many int8 and
+ * fp32 multiply-adds it retires a cycle (AVX-512 VNNI vpdpbusd and vfmadd231ps, alone
+ * and mixed, to show whether they share a port).  Built and run by scripts/cpu-roofline. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* GHz from a chain of dependent one-cycle adds */
+static double clock_ghz(void) {
+    long x = 0, n = 300000000;
+    double t = now();
+    for (long i = 0; i < n; i++) __asm__ volatile("add $1,%0\n\tadd $1,%0\n\tadd $1,%0\n\tadd $1,%0" : "+r"(x));
+    return 4.0 * n / (now() - t) / 1e9;
+}
+
+enum { MB = 1 << 20, SIZE = 256 * MB };
+
+/* GB/s reading buf in `streams` interleaved sequential parts, each asked for 1 KB ahead */
+static double read_streams(const char *buf, int streams) {
+    double best = 0;
+    size_t per = SIZE / streams;
+    for (int rep = 0; rep < 4; rep++) {
+        __m256i acc = _mm256_setzero_si256();
+        double t = now();
+        for (size_t i = 0; i < per; i += 64)
+            for (int s = 0; s < streams; s++) {
+                const char *p = buf + s * per + i;
+                _mm_prefetch(p + 1024, _MM_HINT_T0);
+                acc = _mm256_add_epi64(acc, _mm256_load_si256((const __m256i *)p));
+                acc = _mm256_add_epi64(acc, _mm256_load_si256((const __m256i *)(p + 32)));
+            }
+        double gbs = SIZE / (now() - t) / 1e9;
+        __asm__ volatile("" : : "x"(acc));
+        if (gbs > best) best = gbs;
+    }
+    return best;
+}
+
+/* GB/s reading 8 KB blocks in a random order, each block's lines asked for two blocks ahead */
+static double read_blocks(const char *buf) {
+    enum { BS = 8192, AHEAD = 2 };
+    int nb = SIZE / BS, *order = malloc(sizeof(int) * nb);
+    for (int i = 0; i < nb; i++) order[i] = i;
+    srand(1);
+    for (int i = nb - 1; i > 0; i--) {
+        int j = rand() % (i + 1), t = order[i];
+        order[i] = order[j], order[j] = t;
+    }
+    double best = 0;
+    for (int rep = 0; rep < 4; rep++) {
+        __m256i acc = _mm256_setzero_si256();
+        double t = now();
+        for (int b = 0; b < nb; b++) {
+            const char *p = buf + (size_t)order[b] * BS, *pf = b + AHEAD < nb ? buf + (size_t)order[b + AHEAD] * BS : NULL;
+            for (int i = 0; i < BS; i += 64) {
+                if (pf) _mm_prefetch(pf + i, _MM_HINT_T1);
+                acc = _mm256_add_epi64(acc, _mm256_load_si256((const __m256i *)(p + i)));
+                acc = _mm256_add_epi64(acc, _mm256_load_si256((const __m256i *)(p + i + 32)));
+            }
+        }
+        double gbs = SIZE / (now() - t) / 1e9;
+        __asm__ volatile("" : : "x"(acc));
+        if (gbs > best) best = gbs;
+    }
+    free(order);
+    return best;
+}
+
+/* cycles for one pass of `body` (eight independent chains of each instruction it names) */
+#define CYCLES(ghz, body)                                                                          \
+    ({                                                                                             \
+        long n_ = 50000000;                                                                        \
+        double t_ = now();                                                                         \
+        for (long i_ = 0; i_ < n_; i_++) { body }                                                  \
+        (now() - t_) / n_ * (ghz) * 1e9;                                                           \
+    })
+#define DP(a) __asm__("vpdpbusd %1,%2,%0" : "+v"(a) : "v"(v), "v"(w))
+#define FM(a) __asm__("vfmadd231ps %1,%2,%0" : "+v"(a) : "v"(x), "v"(y))
+
+__attribute__((target("avx512f,avx512vnni"))) static void vnni(double ghz) {
+    __m512i a0 = _mm512_set1_epi32(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    __m512i v = _mm512_set1_epi8(3), w = _mm512_set1_epi8(5);
+    __m512 f0 = _mm512_set1_ps(0), f1 = f0, f2 = f0, f3 = f0, f4 = f0, f5 = f0, f6 = f0, f7 = f0;
+    __m512 x = _mm512_set1_ps(0.5f), y = _mm512_set1_ps(1.0f);
+    double d = CYCLES(ghz, DP(a0); DP(a1); DP(a2); DP(a3); DP(a4); DP(a5); DP(a6); DP(a7););
+    double f = CYCLES(ghz, FM(f0); FM(f1); FM(f2); FM(f3); FM(f4); FM(f5); FM(f6); FM(f7););
+    double m = CYCLES(ghz, DP(a0); DP(a1); DP(a2); DP(a3); DP(a4); DP(a5); DP(a6); DP(a7);
+                           FM(f0); FM(f1); FM(f2); FM(f3); FM(f4); FM(f5); FM(f6); FM(f7););
+    __asm__ volatile("" : : "v"(a0), "v"(a1), "v"(a2), "v"(a3), "v"(a4), "v"(a5), "v"(a6), "v"(a7));
+    __asm__ volatile("" : : "v"(f0), "v"(f1), "v"(f2), "v"(f3), "v"(f4), "v"(f5), "v"(f6), "v"(f7));
+    printf("zmm vpdpbusd: %.2f a cycle (%.0f int8 MAC a cycle, %.0f GMAC/s)\n", 8 / d, 8 / d * 64, 8 / d * 64 * ghz);
+    printf("zmm vfmadd231ps: %.2f a cycle (%.0f fp32 FMA a cycle)\n", 8 / f, 8 / f * 16);
+    printf("8 of each, mixed: %.1f cycles (%s)\n", m, m > 1.5 * (d > f ? d : f) ? "one port: they add up" : "they overlap");
+}
+
+int main(void) {
+    double ghz = clock_ghz();
+    printf("clock: %.2f GHz\n", ghz);
+    char *buf = aligned_alloc(2 * MB, SIZE);
+    if (!buf) return 1;
+#ifdef MADV_HUGEPAGE
+    madvise(buf, SIZE, MADV_HUGEPAGE);                  /* as the engine maps its weights and KV */
+#endif
+    memset(buf, 1, SIZE);
+    printf("read, 1 stream: %.1f GB/s\n", read_streams(buf, 1));
+    printf("read, 8 streams: %.1f GB/s\n", read_streams(buf, 8));
+    printf("read, 8 KB blocks in random order: %.1f GB/s\n", read_blocks(buf));
+    free(buf);
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512vnni")) vnni(ghz);
+    else printf("no AVX-512 VNNI: the int8 peak is not probed here\n");
+    return 0;
+}
