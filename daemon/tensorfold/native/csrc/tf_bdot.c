@@ -114,10 +114,15 @@ static void brows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, floa
  * values and scales alike (2 KB: Qwen2.5-Coder-0.5B Q4_K_M on a Zen 4 core, 1 row,
  * 18.5 ms a step with 8 KB, 18.0 with 4, 17.3 with 2; SmolLM2 4.6 -> 4.4).  It declares
  * fmt, flags, QB, SB, rec and meta (block 0's), and rows r0.. of the activations from
- * xq0, xs0, xsum0 and base0. */
+ * xq0, xs0, xsum0 and base0.  A tile of BFAR_ROWS rows or more spends ~90 cycles a
+ * block, so bits asked for 2 KB on came in late: it also asks for the bits BFAR on, into
+ * L2 (Qwen2.5-Coder-0.5B's Q8_0 head, 151936 x 896, 8 rows, 1 thread: 8.27-8.75 ms,
+ * 6.81-6.86 with 6 KB, 6.59-6.65 with 12; its 8-row step 34.7-36.9 -> 32.5-32.7 ms, and
+ * 32.5-33.0 with 24 KB; 1 KB more or less for the L1 distance of these tiles was slower). */
 #ifndef TF_BDIST
 #define TF_BDIST 2048
 #endif
+enum { BFAR = 12288, BFAR_ROWS = 4 };
 #define BLOCK_WALK(w, g, a, r0, k, nb, Q4, HIGH, MIN)                                                \
     const int fmt = Q4 ? TF_Q4A : TF_Q8, flags = (w)->flags;                                        \
     const int QB = Q4 ? (HIGH ? BQ5 : BQ4) : BQ8, SB = (MIN ? 2 : 1) * BG * bscale_bytes(flags);    \
@@ -129,10 +134,11 @@ static void brows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, floa
     (void)base0
 /* A Q4A total's start for rows' block `at`: the fixed offset's part, or 0 with a min. */
 #define BSTART(Q4, HIGH, MIN, at) bstart(base0[at], boffset_of(Q4, HIGH, MIN))
-#define BLOCK_AHEAD(ahead, rec, meta)                                                                \
+#define BLOCK_AHEAD(ahead, rec, meta, RT)                                                            \
     do {                                                                                            \
         if (ahead) {                                                                                \
             prefetch_span((rec) + TF_BDIST, QB);                                                    \
+            if (RT >= BFAR_ROWS) prefetch_span_l2((rec) + BFAR, QB);                                \
             prefetch_span((meta) + meta_ahead, SB);                                                 \
         }                                                                                           \
     } while (0)
@@ -173,7 +179,7 @@ TF_AVX2 TF_INLINE void btile_avx2(const tf_weight *w, int64_t g, int o, const tf
     __m256 acc[8];                  /* RT <= 4 (shapes past the row tile are never called) */
     _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++, rec += QB, meta += SB) {
-        BLOCK_AHEAD(ahead, rec, meta);
+        BLOCK_AHEAD(ahead, rec, meta, RT);
         __m256i P[8];
         _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) P[r] = _mm256_set1_epi32(BSTART(Q4, HIGH, MIN, r * nb + b));
         _Pragma("GCC unroll 2") for (int part = 0; part < 2; part++) {
@@ -245,7 +251,7 @@ TF_VNNI TF_INLINE void btile_vnni(const tf_weight *w, int64_t g, const tf_acts *
     __m512 acc[8];
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, rec += QB, meta += SB) {
-        BLOCK_AHEAD(ahead, rec, meta);
+        BLOCK_AHEAD(ahead, rec, meta, RT);
         __m512i v[8];
         _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {
             __m512i raw = _mm512_loadu_si512((const void *)(rec + bvec_at(fmt, 4 * j)));

@@ -299,9 +299,12 @@ TF_AVX2 TF_INLINE void kscales8(int F, int M6, const kcodes *kc, __m256 *dv, __m
  * ones (Qwen2.5-Coder-1.5B Q4_K_M on a Zen 4 core, 1 row: 50.7-50.8 ms a step with L1
  * two on, 46.4-48.8 now; 2 rows 59 -> 50; 4 rows 73 -> 65).  An 8-row VNNI tile is
  * bound by its arithmetic and takes its bits into L1 KNEAR records on (L2 six on: the
- * 0.5B's 8-row step 3-4% slower).  (Before these, the same super-block four groups on in one burst:
- * the 0.5B's 8-row step took 45-46 ms; 42 with L1 two on.) */
-enum { KNEAR = 2, KFAR = 6, KFAR_ROWS = 4 };
+ * 0.5B's 8-row step 3-4% slower); it also takes them into L2 KFAR8 records on (the
+ * 1.5B's Q6_K head, 151936 x 1536, 8 rows: 13.2-14.9 ms -> 12.6; its 8-row step
+ * 100.3-101.3 -> 98.3-99.4 ms, and 98.7-99.9 with 8 on).  (Before these, the same
+ * super-block four groups on in one burst: the 0.5B's 8-row step took 45-46 ms; 42 with
+ * L1 two on.) */
+enum { KNEAR = 2, KFAR = 6, KFAR_ROWS = 4, KFAR8 = 16 };
 static inline int kfar(int RT) { return RT <= KFAR_ROWS; }
 TF_AVX2 TF_INLINE const uint8_t *krecord(const tf_weight *w, int64_t g, int64_t j, int ahead, int RT,
                                          const uint8_t **pf) {
@@ -318,7 +321,10 @@ TF_AVX2 TF_INLINE const uint8_t *krecord(const tf_weight *w, int64_t g, int64_t 
 TF_AVX2 TF_INLINE void kprefetch(int F, int RT, const uint8_t *pf, int line) {
     if (!pf || 64 * line >= bits_bytes(F)) return;
     if (kfar(RT)) _mm_prefetch((const char *)pf + 64 * line, _MM_HINT_T1);
-    else _mm_prefetch((const char *)pf + 64 * line, _MM_HINT_T0);
+    else {
+        _mm_prefetch((const char *)pf + 64 * line, _MM_HINT_T0);
+        _mm_prefetch((const char *)pf + (KFAR8 - KNEAR) * bits_bytes(F) + 64 * line, _MM_HINT_T1);
+    }
 }
 
 /* AVX2, one super-block: each 32-byte half (4 outputs x 8 inputs) times the row's
