@@ -27,6 +27,12 @@ static double clock_ghz(void) {
 
 enum { MB = 1 << 20, SIZE = 256 * MB };
 
+/* acc plus the 64-byte line at p, read as two 32-byte loads */
+static inline __m256i add_line(__m256i acc, const char *p) {
+    acc = _mm256_add_epi64(acc, _mm256_load_si256((const __m256i *)p));
+    return _mm256_add_epi64(acc, _mm256_load_si256((const __m256i *)(p + 32)));
+}
+
 /* GB/s reading buf in `streams` interleaved sequential parts, each asked for 1 KB ahead */
 static double read_streams(const char *buf, int streams) {
     double best = 0;
@@ -38,8 +44,7 @@ static double read_streams(const char *buf, int streams) {
             for (int s = 0; s < streams; s++) {
                 const char *p = buf + s * per + i;
                 _mm_prefetch(p + 1024, _MM_HINT_T0);
-                acc = _mm256_add_epi64(acc, _mm256_load_si256((const __m256i *)p));
-                acc = _mm256_add_epi64(acc, _mm256_load_si256((const __m256i *)(p + 32)));
+                acc = add_line(acc, p);
             }
         double gbs = SIZE / (now() - t) / 1e9;
         __asm__ volatile("" : : "x"(acc));
@@ -66,8 +71,7 @@ static double read_blocks(const char *buf) {
             const char *p = buf + (size_t)order[b] * BS, *pf = b + AHEAD < nb ? buf + (size_t)order[b + AHEAD] * BS : NULL;
             for (int i = 0; i < BS; i += 64) {
                 if (pf) _mm_prefetch(pf + i, _MM_HINT_T1);
-                acc = _mm256_add_epi64(acc, _mm256_load_si256((const __m256i *)(p + i)));
-                acc = _mm256_add_epi64(acc, _mm256_load_si256((const __m256i *)(p + i + 32)));
+                acc = add_line(acc, p + i);
             }
         }
         double gbs = SIZE / (now() - t) / 1e9;

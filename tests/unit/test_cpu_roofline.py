@@ -20,7 +20,10 @@ def test_reports_every_ceiling():
     for label in ("clock", "read, 1 stream", "read, 8 streams", "read, 8 KB blocks in random order"):
         line = next(l for l in out.splitlines() if l.startswith(label + ":"))
         assert float(re.search(r": ([0-9.]+)", line).group(1)) > 0, line
-    vnni = "avx512_vnni" in Path("/proc/cpuinfo").read_text()
-    assert ("zmm vpdpbusd:" in out) == vnni
-    if vnni:
+    cpuinfo = Path("/proc/cpuinfo")             # Linux; elsewhere the probe's own check decides
+    if cpuinfo.exists():
+        assert ("zmm vpdpbusd:" in out) == ("avx512_vnni" in cpuinfo.read_text())
+    if "zmm vpdpbusd:" in out:
         assert float(re.search(r"zmm vpdpbusd: ([0-9.]+) a cycle", out).group(1)) > 0
+    else:
+        assert "no AVX-512 VNNI" in out
