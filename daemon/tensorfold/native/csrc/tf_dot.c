@@ -31,12 +31,14 @@ static float act_scale(const float *x, int n, float *id) {
     return scale_of(amax, id);
 }
 
-/* q = rne(x * id) clipped to +-127 for n inputs; returns the sum of q (exact) */
+/* q = rne(x * id) clipped to +-127 for n inputs, 0 where that is a NaN (a NaN input, or
+ * an infinity times 0: the span's amax skipped it); returns the sum of q (exact) */
 static int32_t act_quant(const float *x, int n, float id, int8_t *q) {
     int32_t t = 0;
     for (int i = 0; i < n; i++) {
         float v = rne(x[i] * id);
         v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+        v = v == v ? v : 0.0f;
         q[i] = (int8_t)v;
         t += (int32_t)v;
     }
@@ -60,6 +62,7 @@ TF_AVX2 static float amax_avx2(const float *x, int n) {
 TF_AVX2 TF_INLINE __m256i quant8_avx2(const float *x, __m256 id) {
     const __m256 c = _mm256_set1_ps(12582912.0f), hi = _mm256_set1_ps(127.0f);
     __m256 v = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x), id), c), c);
+    v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));                /* a NaN to 0 */
     return _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(v, hi), _mm256_sub_ps(_mm256_setzero_ps(), hi)));
 }
 

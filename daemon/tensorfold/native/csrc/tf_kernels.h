@@ -6,8 +6,9 @@
  *   lanes8     an fp32 reduction over n (a multiple of 8) is acc[i % 8] += term,
  *              sequentially, then tree8: ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7))
  *              (16-bit weights).
- *   act quant  per row, per block of 32: d = amax/127, q = rne(x * (1/d)) (0 if
- *              amax is 0), sum = sum of q, xsum = d * sum (one fp32 rounding).
+ *   act quant  per row, per block of 32: d = amax/127 (a NaN skipped), q = rne(x * (1/d))
+ *              clipped to +-127 (0 if amax is 0, and 0 where it is a NaN), sum = sum of q,
+ *              xsum = d * sum (one fp32 rounding).
  *   block dot  per block b in order: P_b = the exact integer sum of the 32 products
  *              q_e * x_e (q_e the weight's integer value, x_e the activation's q);
  *              acc = fma((float)P_b, xs_b * d_b, acc), and with a min plane
