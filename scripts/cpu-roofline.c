@@ -2,7 +2,8 @@
  * clock, how fast it reads memory (one sequential stream, eight interleaved streams,
  * and 8 KB blocks in random order as the paged KV cache lies), and how many int8 and
  * fp32 multiply-adds it retires a cycle (AVX-512 VNNI vpdpbusd and vfmadd231ps, alone
- * and mixed, to show whether they share a port).  Built and run by scripts/cpu-roofline. */
+ * and mixed, to show whether they share a port; vpdpbusd also as the int8 tiles issue it,
+ * each with a broadcast of eight activation bytes).  Built and run by scripts/cpu-roofline. */
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -92,6 +93,15 @@ static double read_blocks(const char *buf) {
     })
 #define DP(a) __asm__("vpdpbusd %1,%2,%0" : "+v"(a) : "v"(v), "v"(w))
 #define FM(a) __asm__("vfmadd231ps %1,%2,%0" : "+v"(a) : "v"(x), "v"(y))
+/* vpdpbusd as the int8 tiles issue it: its other operand eight activation bytes of a row,
+ * broadcast from memory (row r at 64r + 8i: rows of one L1-resident chunk) */
+#define DB(a, r, i)                                                                                \
+    do {                                                                                           \
+        __m512i b_;                                                                                \
+        __asm__ volatile("vpbroadcastq %1,%0" : "=v"(b_) : "m"(xs[8 * (r) + (i)]));                \
+        __asm__("vpdpbusd %1,%2,%0" : "+v"(a) : "v"(b_), "v"(w));                                  \
+    } while (0)
+#define DB8(i) DB(a0, 0, i); DB(a1, 1, i); DB(a2, 2, i); DB(a3, 3, i); DB(a4, 4, i); DB(a5, 5, i); DB(a6, 6, i); DB(a7, 7, i);
 
 __attribute__((target("avx512f,avx512vnni"))) static void vnni(double ghz) {
     __m512i a0 = _mm512_set1_epi32(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
@@ -102,9 +112,13 @@ __attribute__((target("avx512f,avx512vnni"))) static void vnni(double ghz) {
     double f = CYCLES(ghz, FM(f0); FM(f1); FM(f2); FM(f3); FM(f4); FM(f5); FM(f6); FM(f7););
     double m = CYCLES(ghz, DP(a0); DP(a1); DP(a2); DP(a3); DP(a4); DP(a5); DP(a6); DP(a7);
                            FM(f0); FM(f1); FM(f2); FM(f3); FM(f4); FM(f5); FM(f6); FM(f7););
+    static int64_t xs[64];
+    double b = CYCLES(ghz, DB8(0) DB8(1) DB8(2) DB8(3) DB8(4) DB8(5) DB8(6) DB8(7)) / 8;
     __asm__ volatile("" : : "v"(a0), "v"(a1), "v"(a2), "v"(a3), "v"(a4), "v"(a5), "v"(a6), "v"(a7));
     __asm__ volatile("" : : "v"(f0), "v"(f1), "v"(f2), "v"(f3), "v"(f4), "v"(f5), "v"(f6), "v"(f7));
     printf("zmm vpdpbusd: %.2f a cycle (%.0f int8 MAC a cycle, %.0f GMAC/s)\n", 8 / d, 8 / d * 64, 8 / d * 64 * ghz);
+    printf("zmm vpdpbusd, a 64-bit broadcast from memory each: %.2f a cycle (%.0f int8 MAC a cycle)\n", 8 / b,
+           8 / b * 64);
     printf("zmm vfmadd231ps: %.2f a cycle (%.0f fp32 FMA a cycle)\n", 8 / f, 8 / f * 16);
     printf("8 of each, mixed: %.1f cycles (%s)\n", m, m > 1.5 * (d > f ? d : f) ? "one port: they add up" : "they overlap");
 }
