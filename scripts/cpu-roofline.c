@@ -91,7 +91,8 @@ static double read_blocks(const char *buf) {
         for (long i_ = 0; i_ < n_; i_++) { body }                                                  \
         (now() - t_) / n_ * (ghz) * 1e9;                                                           \
     })
-#define DP(a) __asm__("vpdpbusd %1,%2,%0" : "+v"(a) : "v"(v), "v"(w))
+#define DPB(a, b) __asm__("vpdpbusd %1,%2,%0" : "+v"(a) : "v"(b), "v"(w))
+#define DP(a) DPB(a, v)
 #define FM(a) __asm__("vfmadd231ps %1,%2,%0" : "+v"(a) : "v"(x), "v"(y))
 /* vpdpbusd as the int8 tiles issue it: its other operand eight activation bytes of a row,
  * broadcast from memory (row r at 64r + 8i: rows of one L1-resident chunk) */
@@ -99,7 +100,7 @@ static double read_blocks(const char *buf) {
     do {                                                                                           \
         __m512i b_;                                                                                \
         __asm__ volatile("vpbroadcastq %1,%0" : "=v"(b_) : "m"(xs[8 * (r) + (i)]));                \
-        __asm__("vpdpbusd %1,%2,%0" : "+v"(a) : "v"(b_), "v"(w));                                  \
+        DPB(a, b_);                                                                                \
     } while (0)
 #define DB8(i) DB(a0, 0, i); DB(a1, 1, i); DB(a2, 2, i); DB(a3, 3, i); DB(a4, 4, i); DB(a5, 5, i); DB(a6, 6, i); DB(a7, 7, i);
 
