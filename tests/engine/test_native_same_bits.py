@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "daemon/tensorfold/native/csrc"
 HARNESS = Path(__file__).with_name("native_same_bits.c")
-SOURCES = ["tf_bdot.c", "tf_kdot.c", "tf_dot.c", "tf_ops.c", "tf_pool.c"]
+SOURCES = ["tf_ahead.c", "tf_bdot.c", "tf_kdot.c", "tf_dot.c", "tf_ops.c", "tf_pool.c"]
 # ARMv8.2 with dot products and fp16 (Apple silicon, recent ARM servers), and the plain
 # ARMv8-A baseline whose paths widen products by hand
 ARM_TARGETS = ["armv8.2-a+fp16+dotprod", "armv8-a"]
