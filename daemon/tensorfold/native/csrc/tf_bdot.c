@@ -144,14 +144,14 @@ enum { BFAR = 12288, BFAR_ROWS = 4 };
         }                                                                                           \
         if (kv_on) tf_ahead_step(&kv);                                                              \
     } while (0)
-/* A tile of BFAR_ROWS rows or more on its first pass also walks this thread's share of
- * the next layer's KV (tf_ahead.h): kv, a copy kept in registers, written back at the end. */
+/* A tile of BFAR_ROWS rows or more on its first pass also walks the next layer's KV
+ * (tf_ahead.h): kv, a copy kept in registers, written back at the end. */
 #define BLOCK_KV_TAKE(ahead, RT)                                                                    \
-    tf_ahead kv = tf_ahead_of[tf_pool_me];                                                          \
+    tf_ahead kv = tf_ahead_walk;                                                          \
     const int kv_on = (ahead) && RT >= BFAR_ROWS && kv.rate > 0
 #define BLOCK_KV_PUT()                                                                              \
     do {                                                                                            \
-        if (kv_on) tf_ahead_of[tf_pool_me] = kv;                                                    \
+        if (kv_on) tf_ahead_walk = kv;                                                    \
     } while (0)
 
 /* Vector j's fifth bits (TF_HIGH) as bytes 0 or 16, from the plane's bytes h: bit j to

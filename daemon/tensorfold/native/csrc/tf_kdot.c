@@ -464,7 +464,7 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int64_t g, const tf_acts *a, int r0
     int64_t k = w->k, nsb = k / 256;                                                                \
     __m256 acc[8];                                                                                  \
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) acc[r] = _mm256_setzero_ps();              \
-    tf_ahead kv = tf_ahead_of[tf_pool_me];              /* the next layer's KV (tf_ahead.h) */      \
+    tf_ahead kv = tf_ahead_walk;              /* the next layer's KV (tf_ahead.h) */      \
     const int kv_on = ahead && RT >= KFAR_ROWS && kv.rate > 0;                                      \
     for (int64_t j = 0; j < nsb; j++) {                                                             \
         kcodes kc = kcodes_of(F, UPFRONT, kmeta(w, g, j));                                          \
@@ -480,7 +480,7 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int64_t g, const tf_acts *a, int r0
             acc[r] = FINISH(F, M6, I[r], pairs, a->bs + (row * nsb + j) * 16, a->sk[row * nsb + j], dv, dm, acc[r]); \
         }                                                                                           \
     }                                                                                               \
-    if (kv_on) tf_ahead_of[tf_pool_me] = kv;                                                        \
+    if (kv_on) tf_ahead_walk = kv;                                                        \
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) tf_store8(y + (int64_t)(r0 + r) * ldy, 8 * g, n0, n1, acc[r]); \
 }
 TF_KTILE(ktile_avx2, TF_AVX2, ktotals_avx2, kfinish_avx2, 1, 1)

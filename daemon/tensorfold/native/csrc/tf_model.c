@@ -369,21 +369,25 @@ static void layer_widths(const tf_model *m, int *lin, int *mixed) {
     }
 }
 
-/* The next layer's KV, for its attention, asked for among the MLP tiles' steps of layer l
- * (tf_ahead.h): each sequence's blocks once (a prefill's rows share theirs), keys and
- * values.  With KV_AHEAD_ROWS rows or more, and where a kv head serves at most
- * KV_AHEAD_GROUP query heads, so that the attention waits on its reads rather than on its
- * multiply-adds.  8 rows of 512 positions, one Zen 4 thread, alternated: SmolLM2 (three
+/* The next layer's KV, for its attention, asked for among the tile steps of layer l's
+ * linears from `lin` on (after an attention: its output projection and the MLP;
+ * tf_ahead.h): each sequence's blocks once (a prefill's rows share theirs), keys and
+ * values.  With KV_AHEAD_ROWS rows or more on one thread, and where a kv head serves at
+ * most KV_AHEAD_GROUP query heads, so that the attention waits on its reads rather than on
+ * its multiply-adds.  8 rows of 512 positions, one Zen 4 thread, alternated: SmolLM2 (three
  * query heads a kv head) 14.25-14.83 ms a step -> 13.28-13.67; Qwen2.5-Coder-0.5B (seven)
- * 32.20-32.31 and 32.30-32.33, no change; the 1.5B (six) 95.6-96.7 -> 97.5-97.8. */
+ * 32.20-32.31 and 32.30-32.33, no change; the 1.5B (six) 95.6-96.7 -> 97.5-97.8.  From the
+ * output projection on, not the MLP only: SmolLM2 13.45-13.50 -> 13.20-13.33.  On two
+ * threads (each core's own reads in flight) it slowed SmolLM2's step: 8.86-9.29 -> 9.17-9.65. */
 enum { KV_AHEAD_ROWS = 4, KV_AHEAD_GROUP = 4 };
 static int64_t tile_steps(const tf_weight *w) {
     if (w->fmt == TF_K4 || w->fmt == TF_K5 || w->fmt == TF_K6) return (int64_t)(w->n / 8) * (w->k / 256);
     return w->fmt == TF_Q4A || w->fmt == TF_Q8 ? (int64_t)(w->n / 16) * (w->k / 32) : 0;
 }
-static void plan_kv_ahead(const fwd *f, int l, int rows, const tf_weight *const *mlp, int nmlp, tf_span *spans) {
+static void plan_kv_ahead(const fwd *f, int l, int rows, const tf_weight *const *lin, int nlin, tf_span *spans) {
     const tf_model *m = f->m;
-    if (!spans || l + 1 >= m->layers || m->layer[l + 1].kind != TF_ATTENTION || m->heads > KV_AHEAD_GROUP * m->kv_heads)
+    if (!spans || f->threads > 1 || l + 1 >= m->layers || m->layer[l + 1].kind != TF_ATTENTION ||
+        m->heads > KV_AHEAD_GROUP * m->kv_heads)
         return;
     int B = m->block_size, n = 0;
     int64_t half = (int64_t)m->kv_heads * B * m->head_dim * (m->kv_scale ? 1 : 2), steps = 0;
@@ -396,8 +400,8 @@ static void plan_kv_ahead(const fwd *f, int l, int rows, const tf_weight *const 
             spans[n++] = (tf_span){k + m->kv_stride, half};
         }
     }
-    for (int i = 0; i < nmlp; i++) steps += tile_steps(mlp[i]);
-    tf_ahead_plan(spans, n, f->threads, steps);
+    for (int i = 0; i < nlin; i++) steps += tile_steps(lin[i]);
+    tf_ahead_plan(spans, n, steps);
 }
 
 /* 0: done; -1: out of memory (or sizes the kernels do not take); -2: a gather failed
@@ -424,7 +428,7 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
     f.gu = malloc(sizeof(float) * R * 2 * F);
     f.act = malloc(sizeof(float) * R * FW);
     tf_span *spans = NULL;                        /* plan_kv_ahead's, with enough rows */
-    if (rows >= KV_AHEAD_ROWS) {
+    if (rows >= KV_AHEAD_ROWS && f.threads == 1) {
         int64_t n = 0;
         for (int r = 0; r < rows; r++) n += 2 * (pos[r] / m->block_size + 1);
         spans = malloc(sizeof(tf_span) * (size_t)n);
@@ -478,6 +482,8 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
                               keys, keys + m->kv_stride, m->block_stride, ks, ks ? ks + m->scale_region : NULL};
                 f.at = at;
                 tf_pool_run(attn_job, &f, f.threads);
+                const tf_weight *rest[4] = {o, gu[0], gu[1], down};    /* from here on to the layer's end */
+                plan_kv_ahead(&f, l, rows, rest, 4, spans);
                 if (L->qgate.fmt) run_rows(&f, S_GATE, rows, 0);
                 if (split) {
                     if (join(m, &b, m->kv_split, H / KV * D, rows, f.att, HW * D, 0, NULL) ||
@@ -487,7 +493,7 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
                 }
             }
             const tf_weight *mlp[3] = {gu[0], gu[1], down};
-            plan_kv_ahead(&f, l, rows, mlp, 3, spans);
+            if (L->kind == TF_DELTANET) plan_kv_ahead(&f, l, rows, mlp, 3, spans);
             run_rows(&f, S_MLP_NORM, rows, act_forms(gu, 2));
             linear(gu, 2, f.h, rows, f.gu, 2 * F, 0, &sc, f.threads, 1);
             /* a split forward joins the ranks' SiLU parts before down reads them: quantized then */

@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 
+#define TF_MAX_THREADS 64
 #define TF_SPIN 20000
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -14,8 +15,6 @@ static inline void relax(void) { __asm__ __volatile__("yield"); }
 #else
 static inline void relax(void) {}
 #endif
-
-_Thread_local int tf_pool_me;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t run_mu = PTHREAD_MUTEX_INITIALIZER;   /* one job at a time, from any thread */
@@ -34,7 +33,6 @@ static unsigned start_gen[TF_MAX_THREADS];   /* the job count when worker i was 
 
 static void *worker(void *arg) {
     int ith = (int)(long)arg;
-    tf_pool_me = ith;
     unsigned seen = start_gen[ith];             /* read before it ran: a job sent meanwhile is new to it */
     for (;;) {
         unsigned g;

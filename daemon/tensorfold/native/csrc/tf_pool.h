@@ -6,9 +6,6 @@
 
 typedef void (*tf_job)(void *ctx, int ith, int nth);
 
-#define TF_MAX_THREADS 64
-extern _Thread_local int tf_pool_me;   /* the calling thread's index in the job it runs (the caller: 0) */
-
 int tf_pool_set_threads(int n);   /* 1..64 threads (the caller and n-1 workers); returns the count */
 int tf_pool_threads(void);
 /* job(ctx, i, nth) for i in 0..nth-1, nth = min(n, the pool's threads); n <= 0: all of them */
