@@ -31,6 +31,20 @@ extern const tf_span *tf_ahead_spans;
 void tf_ahead_plan(const tf_span *spans, int n, int64_t steps);
 void tf_ahead_clear(void);
 
+/* A tile that walks (on: its first pass with enough rows) keeps a copy of the walk in
+ * registers, `kv`, steps it with TF_AHEAD_STEP and writes it back with TF_AHEAD_PUT. */
+#define TF_AHEAD_TAKE(on)                                                                          \
+    tf_ahead kv = tf_ahead_walk;                                                                    \
+    const int kv_on = (on) && kv.rate > 0
+#define TF_AHEAD_STEP()                                                                            \
+    do {                                                                                            \
+        if (kv_on) tf_ahead_step(&kv);                                                              \
+    } while (0)
+#define TF_AHEAD_PUT()                                                                             \
+    do {                                                                                            \
+        if (kv_on) tf_ahead_walk = kv;                                                              \
+    } while (0)
+
 /* One tile step: the walk's next `rate` lines. */
 static inline __attribute__((always_inline)) void tf_ahead_step(tf_ahead *a) {
     for (int i = 0; i < a->rate; i++) {

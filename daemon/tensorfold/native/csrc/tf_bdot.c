@@ -142,16 +142,7 @@ enum { BFAR = 12288, BFAR_ROWS = 4 };
             if (RT >= BFAR_ROWS) prefetch_span_l2((rec) + BFAR, QB);                                \
             prefetch_span((meta) + meta_ahead, SB);                                                 \
         }                                                                                           \
-        if (kv_on) tf_ahead_step(&kv);                                                              \
-    } while (0)
-/* A tile of BFAR_ROWS rows or more on its first pass also walks the next layer's KV
- * (tf_ahead.h): kv, a copy kept in registers, written back at the end. */
-#define BLOCK_KV_TAKE(ahead, RT)                                                                    \
-    tf_ahead kv = tf_ahead_walk;                                                          \
-    const int kv_on = (ahead) && RT >= BFAR_ROWS && kv.rate > 0
-#define BLOCK_KV_PUT()                                                                              \
-    do {                                                                                            \
-        if (kv_on) tf_ahead_walk = kv;                                                    \
+        TF_AHEAD_STEP();                  /* the next layer's KV (tf_ahead.h, TF_AHEAD_TAKE) */   \
     } while (0)
 
 /* Vector j's fifth bits (TF_HIGH) as bytes 0 or 16, from the plane's bytes h: bit j to
@@ -187,7 +178,7 @@ TF_AVX2 TF_INLINE void btile_avx2(const tf_weight *w, int64_t g, int o, const tf
     const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     BLOCK_WALK(w, g, a, r0, k, nb, Q4, HIGH, MIN);
     ahead = ahead && o == 0;
-    BLOCK_KV_TAKE(ahead, RT);
+    TF_AHEAD_TAKE(ahead && RT >= BFAR_ROWS);
     __m256 acc[8];                  /* RT <= 4 (shapes past the row tile are never called) */
     _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++, rec += QB, meta += SB) {
@@ -228,7 +219,7 @@ TF_AVX2 TF_INLINE void btile_avx2(const tf_weight *w, int64_t g, int o, const tf
                        _mm256_fmadd_ps, _mm256_mul_ps, _mm256_set1_ps);
         }
     }
-    BLOCK_KV_PUT();
+    TF_AHEAD_PUT();
     _Pragma("GCC unroll 4") for (int r = 0; r < RT; r++) tf_store8(y + (int64_t)(r0 + r) * ldy, BG * g + 8 * o, n0, n1, acc[r]);
 }
 
@@ -261,7 +252,7 @@ TF_VNNI TF_INLINE void btile_vnni(const tf_weight *w, int64_t g, const tf_acts *
     int64_t k = w->k, nb = k / 32;
     const __m512i m4 = _mm512_set1_epi8(15);
     BLOCK_WALK(w, g, a, r0, k, nb, Q4, HIGH, MIN);
-    BLOCK_KV_TAKE(ahead, RT);
+    TF_AHEAD_TAKE(ahead && RT >= BFAR_ROWS);
     __m512 acc[8];
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, rec += QB, meta += SB) {
@@ -288,7 +279,7 @@ TF_VNNI TF_INLINE void btile_vnni(const tf_weight *w, int64_t g, const tf_acts *
             TF_BFINISH(acc[r], P, xs0[at], xsum0[at], d, mn, MIN, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_set1_ps);
         }
     }
-    BLOCK_KV_PUT();
+    TF_AHEAD_PUT();
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {
         float *yr = y + (int64_t)(r0 + r) * ldy;
         if (g * BG >= n0 && g * BG + BG <= n1) _mm512_storeu_ps(yr + g * BG, acc[r]);

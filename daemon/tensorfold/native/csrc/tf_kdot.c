@@ -464,13 +464,12 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int64_t g, const tf_acts *a, int r0
     int64_t k = w->k, nsb = k / 256;                                                                \
     __m256 acc[8];                                                                                  \
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) acc[r] = _mm256_setzero_ps();              \
-    tf_ahead kv = tf_ahead_walk;              /* the next layer's KV (tf_ahead.h) */      \
-    const int kv_on = ahead && RT >= KFAR_ROWS && kv.rate > 0;                                      \
+    TF_AHEAD_TAKE(ahead && RT >= KFAR_ROWS);            /* the next layer's KV (tf_ahead.h) */      \
     for (int64_t j = 0; j < nsb; j++) {                                                             \
         kcodes kc = kcodes_of(F, UPFRONT, kmeta(w, g, j));                                          \
         __m256i I[8], pairs[8];                                                                     \
         const uint8_t *pf, *q = krecord(w, g, j, ahead, RT, &pf);                                   \
-        if (kv_on) tf_ahead_step(&kv);                                                              \
+        TF_AHEAD_STEP();                                                                            \
         TOTALS(F, q, pf, &kc, a->qk + (int64_t)r0 * k + j * 256,                                   \
                F == TF_K6 ? a->qku + (int64_t)r0 * k + j * 256 : NULL, k, RT, I);                  \
         __m256 dv, dm;                                                                              \
@@ -480,7 +479,7 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int64_t g, const tf_acts *a, int r0
             acc[r] = FINISH(F, M6, I[r], pairs, a->bs + (row * nsb + j) * 16, a->sk[row * nsb + j], dv, dm, acc[r]); \
         }                                                                                           \
     }                                                                                               \
-    if (kv_on) tf_ahead_walk = kv;                                                        \
+    TF_AHEAD_PUT();                                                                                 \
     _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) tf_store8(y + (int64_t)(r0 + r) * ldy, 8 * g, n0, n1, acc[r]); \
 }
 TF_KTILE(ktile_avx2, TF_AVX2, ktotals_avx2, kfinish_avx2, 1, 1)

@@ -386,9 +386,7 @@ static int64_t tile_steps(const tf_weight *w) {
 }
 static void plan_kv_ahead(const fwd *f, int l, int rows, const tf_weight *const *lin, int nlin, tf_span *spans) {
     const tf_model *m = f->m;
-    if (!spans || f->threads > 1 || l + 1 >= m->layers || m->layer[l + 1].kind != TF_ATTENTION ||
-        m->heads > KV_AHEAD_GROUP * m->kv_heads)
-        return;
+    if (!spans || l + 1 >= m->layers || m->layer[l + 1].kind != TF_ATTENTION) return;
     int B = m->block_size, n = 0;
     int64_t half = (int64_t)m->kv_heads * B * m->head_dim * (m->kv_scale ? 1 : 2), steps = 0;
     const char *keys = (const char *)m->kv + 2 * m->layer[l + 1].slot * m->kv_stride;
@@ -427,12 +425,14 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
     f.att = malloc(sizeof(float) * R * MAX(HW * D, MIX));
     f.gu = malloc(sizeof(float) * R * 2 * F);
     f.act = malloc(sizeof(float) * R * FW);
-    tf_span *spans = NULL;                        /* plan_kv_ahead's, with enough rows */
-    if (rows >= KV_AHEAD_ROWS && f.threads == 1) {
+    tf_span *spans = NULL;                        /* plan_kv_ahead's, where a tile walks them */
+#ifdef TF_X86                                     /* only the x86 tiles walk them (tf_ahead.h) */
+    if (rows >= KV_AHEAD_ROWS && f.threads == 1 && H <= KV_AHEAD_GROUP * KV) {
         int64_t n = 0;
         for (int r = 0; r < rows; r++) n += 2 * (pos[r] / m->block_size + 1);
         spans = malloc(sizeof(tf_span) * (size_t)n);
     }
+#endif
     rank_bufs b = {0};
     if (split) {
         int64_t most = most_sent(m, rows);
