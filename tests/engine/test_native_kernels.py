@@ -614,6 +614,9 @@ def test_forward_logits_identical_however_run(folders, arch, weights, kv):
         r.model.struct.threads = n
         assert_same(prefill(r, tokens, A), whole, f"{n} threads")
         assert_same(prefill(r, tokens, A, 7), whole, f"{n} threads, chunks of 7")
+        # two sequences of unequal length: the threads' attention shares, evened by keys read, split them unevenly
+        assert_batched_both_orders(r, tokens, other, [r.segment(A, 0, PROMPT), r.segment(O, 0, len(other))],
+                                   whole, other_alone, lambda: poison_kv(r))
     r.model.struct.threads = 1
     for isa in range(L.tf_best_isa() + 1):               # scalar, then AVX2 and AVX-512 where present
         if isa != 3:
