@@ -276,17 +276,16 @@ static void run_rows(fwd *f, int step, int rows, int forms) {
  * sequence's 512-row prefill on 2 threads: the first thread's half of the pairs read a
  * quarter of the keys; SmolLM2's 2048-row prefill took 2.39-2.51 s, not 2.82-2.96). */
 enum { ATTN_CALL = 16 };
+static inline int64_t pair_keys(const tf_attn *t, int64_t i) { return t->pos[i / t->kv_heads] + 1 + ATTN_CALL; }
 static void attn_share(const tf_attn *t, int ith, int nth, int64_t *a, int64_t *b) {
-    int64_t n = (int64_t)t->rows * t->kv_heads, total = 0, run = 0;
-    for (int r = 0; r < t->rows; r++) total += (int64_t)t->kv_heads * (t->pos[r] + 1 + ATTN_CALL);
-    int64_t lo = total * ith / nth, hi = total * (ith + 1) / nth;   /* pair i is ith's if its keys start in [lo, hi) */
-    *a = *b = n;
-    for (int64_t i = 0; i < n; i++) {
-        if (run >= lo && *a == n) *a = i;
-        if (run >= hi) { *b = i; break; }
-        run += t->pos[i / t->kv_heads] + 1 + ATTN_CALL;
-    }
-    if (*a > *b) *a = *b;
+    int64_t n = (int64_t)t->rows * t->kv_heads, total = 0, run = 0, i = 0;
+    for (int64_t j = 0; j < n; j++) total += pair_keys(t, j);
+    /* pair i is ith's if its keys start in [lo, hi): a, b the first pairs starting at lo, hi or on */
+    int64_t lo = total * ith / nth, hi = total * (ith + 1) / nth;
+    for (; i < n && run < lo; i++) run += pair_keys(t, i);
+    *a = i;
+    for (; i < n && run < hi; i++) run += pair_keys(t, i);
+    *b = i;
 }
 
 static void attn_job(void *p, int ith, int nth) {
