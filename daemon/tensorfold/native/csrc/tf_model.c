@@ -390,14 +390,15 @@ static void layer_widths(const tf_model *m, int *lin, int *mixed) {
 /* The next layer's KV, for its attention, asked for among the tile steps of layer l's
  * linears from `lin` on (after an attention: its output projection and the MLP;
  * tf_ahead.h): each sequence's blocks once (a prefill's rows share theirs), keys and
- * values.  With KV_AHEAD_ROWS rows or more on one thread, and where a kv head serves at
- * most KV_AHEAD_GROUP query heads, so that the attention waits on its reads rather than on
- * its multiply-adds.  8 rows of 512 positions, one Zen 4 thread, alternated: SmolLM2 (three
- * query heads a kv head) 14.25-14.83 ms a step -> 13.28-13.67; Qwen2.5-Coder-0.5B (seven)
- * 32.20-32.31 and 32.30-32.33, no change; the 1.5B (six) 95.6-96.7 -> 97.5-97.8.  From the
- * output projection on, not the MLP only: SmolLM2 13.45-13.50 -> 13.20-13.33.  On two
- * threads (each core's own reads in flight) it slowed SmolLM2's step: 8.86-9.29 -> 9.17-9.65. */
-enum { KV_AHEAD_ROWS = 4, KV_AHEAD_GROUP = 4 };
+ * values.  With KV_AHEAD_ROWS rows or more on one thread.  8 rows of 512 positions, one
+ * Zen 4 thread, alternated: SmolLM2 (three query heads a kv head) 14.25-14.83 ms a step ->
+ * 13.28-13.67; from the output projection on, not the MLP only: 13.45-13.50 -> 13.20-13.33.
+ * Qwen2.5-Coder's six (1.5B) and seven (0.5B) query heads a kv head, ten and seven
+ * alternations: the 1.5B 98.3-103.1 ms (mean 100.1) -> 96.4-103.0 (98.6), the 0.5B
+ * 34.3-35.4 (34.9) -> 32.9-34.6 (33.9) (an earlier session had measured the 1.5B slower
+ * with it, 95.6-96.7 -> 97.5-97.8, on three alternations).  On two threads (each core's own reads in flight) it slowed SmolLM2's step: 8.86-9.29 ->
+ * 9.17-9.65. */
+enum { KV_AHEAD_ROWS = 4 };
 static int64_t tile_steps(const tf_weight *w) {
     if (w->fmt == TF_K4 || w->fmt == TF_K5 || w->fmt == TF_K6) return (int64_t)(w->n / 8) * (w->k / 256);
     return w->fmt == TF_Q4A || w->fmt == TF_Q8 ? (int64_t)(w->n / 16) * (w->k / 32) : 0;
@@ -445,7 +446,7 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
     f.act = malloc(sizeof(float) * R * FW);
     tf_span *spans = NULL;                        /* plan_kv_ahead's, where a tile walks them */
 #ifdef TF_X86                                     /* only the x86 tiles walk them (tf_ahead.h) */
-    if (rows >= KV_AHEAD_ROWS && f.threads == 1 && H <= KV_AHEAD_GROUP * KV) {
+    if (rows >= KV_AHEAD_ROWS && f.threads == 1) {
         int64_t n = 0;
         for (int r = 0; r < rows; r++) n += 2 * (pos[r] / m->block_size + 1);
         spans = malloc(sizeof(tf_span) * (size_t)n);
