@@ -3,7 +3,8 @@
  * and 8 KB blocks in random order as the paged KV cache lies), and how many int8 and
  * fp32 multiply-adds it retires a cycle (AVX-512 VNNI vpdpbusd and vfmadd231ps, alone
  * and mixed, to show whether they share a port; vpdpbusd also as the int8 tiles issue it,
- * each with a broadcast of eight activation bytes).  Built and run by scripts/cpu-roofline. */
+ * each with a broadcast of eight activation bytes; and which of the kernels' other steps
+ * take vpdpbusd's port).  Built and run by scripts/cpu-roofline. */
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -124,6 +125,29 @@ __attribute__((target("avx512f,avx512vnni"))) static void vnni(double ghz) {
     printf("8 of each, mixed: %.1f cycles (%s)\n", m, m > 1.5 * (d > f ? d : f) ? "one port: they add up" : "they overlap");
 }
 
+/* Which instructions take vpdpbusd's port: six vpdpbusd chains and two of the instruction
+ * (op: an AT&T template, %0 its own register, %1 a constant), cycles an iteration: about 6
+ * where it issues beside them, 8 or more where it takes their port. */
+#define ONE(a, op) __asm__(op : "+v"(a) : "v"(c))
+#define BESIDE(name, op)                                                                           \
+    printf(" %s %.2f", name,                                                                      \
+           CYCLES(ghz, DP(a0); DP(a1); DP(a2); DP(a3); DP(a4); DP(a5); ONE(a6, op); ONE(a7, op);))
+__attribute__((target("avx512f,avx512vnni,avx512bw"))) static void ports(double ghz) {
+    __m512i a0 = _mm512_set1_epi32(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    __m512i v = _mm512_set1_epi8(3), w = _mm512_set1_epi8(5), c = _mm512_set1_epi32(7);
+    printf("beside 6 zmm vpdpbusd, 2 of each (cycles; 6: its own port, 8: vpdpbusd's):");
+    BESIDE("vmulps", "vmulps %1,%0,%0");
+    BESIDE("vpmaddwd", "vpmaddwd %1,%0,%0");
+    BESIDE("vpdpwssd", "vpdpwssd %1,%1,%0");
+    BESIDE("vpmulld", "vpmulld %1,%0,%0");
+    BESIDE("vcvtdq2ps", "vcvtdq2ps %1,%0");
+    BESIDE("vcvtph2ps", "vcvtph2ps %t1,%0");
+    BESIDE("vpaddd", "vpaddd %1,%0,%0");
+    BESIDE("vpermd", "vpermd %0,%1,%0");
+    printf("\n");
+    __asm__ volatile("" : : "v"(a0), "v"(a1), "v"(a2), "v"(a3), "v"(a4), "v"(a5), "v"(a6), "v"(a7), "v"(v), "v"(w));
+}
+
 int main(void) {
     double ghz = clock_ghz();
     printf("clock: %.2f GHz\n", ghz);
@@ -138,7 +162,10 @@ int main(void) {
     printf("read, 8 KB blocks in random order: %.1f GB/s\n", read_blocks(buf));
     free(buf);
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512vnni")) vnni(ghz);
+    if (__builtin_cpu_supports("avx512vnni")) {
+        vnni(ghz);
+        ports(ghz);
+    }
     else printf("no AVX-512 VNNI: the int8 peak is not probed here\n");
     return 0;
 }
