@@ -165,7 +165,7 @@ int main(void) {
     if (__builtin_cpu_supports("avx512vnni")) {
         vnni(ghz);
         ports(ghz);
-    }
-    else printf("no AVX-512 VNNI: the int8 peak is not probed here\n");
+    } else
+        printf("no AVX-512 VNNI: the int8 peak is not probed here\n");
     return 0;
 }

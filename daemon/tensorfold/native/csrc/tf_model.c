@@ -396,8 +396,8 @@ static void layer_widths(const tf_model *m, int *lin, int *mixed) {
  * Qwen2.5-Coder's six (1.5B) and seven (0.5B) query heads a kv head, ten and seven
  * alternations: the 1.5B 98.3-103.1 ms (mean 100.1) -> 96.4-103.0 (98.6), the 0.5B
  * 34.3-35.4 (34.9) -> 32.9-34.6 (33.9) (an earlier session had measured the 1.5B slower
- * with it, 95.6-96.7 -> 97.5-97.8, on three alternations).  On two threads (each core's own reads in flight) it slowed SmolLM2's step: 8.86-9.29 ->
- * 9.17-9.65. */
+ * with it, 95.6-96.7 -> 97.5-97.8, on three alternations).  On two threads (each core's
+ * own reads in flight) it slowed SmolLM2's step: 8.86-9.29 -> 9.17-9.65. */
 enum { KV_AHEAD_ROWS = 4 };
 static int64_t tile_steps(const tf_weight *w) {
     if (w->fmt == TF_K4 || w->fmt == TF_K5 || w->fmt == TF_K6) return (int64_t)(w->n / 8) * (w->k / 256);
