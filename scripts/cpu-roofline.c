@@ -126,26 +126,27 @@ __attribute__((target("avx512f,avx512vnni"))) static void vnni(double ghz) {
 }
 
 /* Which instructions take vpdpbusd's port: six vpdpbusd chains and two of the instruction
- * (op: an AT&T template, %0 its own register, %1 a constant), cycles an iteration: about 6
+ * (its AT&T operands: %0 its own register, %1 a constant), cycles an iteration: about 6
  * where it issues beside them, 8 or more where it takes their port. */
 #define ONE(a, op) __asm__(op : "+v"(a) : "v"(c))
-#define BESIDE(name, op)                                                                           \
-    printf(" %s %.2f", name,                                                                      \
-           CYCLES(ghz, DP(a0); DP(a1); DP(a2); DP(a3); DP(a4); DP(a5); ONE(a6, op); ONE(a7, op);))
+#define BESIDE(mn, operands)                                                                       \
+    printf(" %s %.2f", #mn,                                                                        \
+           CYCLES(ghz, DP(a0); DP(a1); DP(a2); DP(a3); DP(a4); DP(a5); ONE(a6, #mn " " operands);    \
+                  ONE(a7, #mn " " operands);))
 __attribute__((target("avx512f,avx512vnni,avx512bw"))) static void ports(double ghz) {
     __m512i a0 = _mm512_set1_epi32(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
     __m512i v = _mm512_set1_epi8(3), w = _mm512_set1_epi8(5), c = _mm512_set1_epi32(7);
     printf("beside 6 zmm vpdpbusd, 2 of each (cycles; 6: its own port, 8: vpdpbusd's):");
-    BESIDE("vmulps", "vmulps %1,%0,%0");
-    BESIDE("vpmaddwd", "vpmaddwd %1,%0,%0");
-    BESIDE("vpdpwssd", "vpdpwssd %1,%1,%0");
-    BESIDE("vpmulld", "vpmulld %1,%0,%0");
-    BESIDE("vcvtdq2ps", "vcvtdq2ps %1,%0");
-    BESIDE("vcvtph2ps", "vcvtph2ps %t1,%0");
-    BESIDE("vpaddd", "vpaddd %1,%0,%0");
-    BESIDE("vpermd", "vpermd %0,%1,%0");
+    BESIDE(vmulps, "%1,%0,%0");
+    BESIDE(vpmaddwd, "%1,%0,%0");
+    BESIDE(vpdpwssd, "%1,%1,%0");
+    BESIDE(vpmulld, "%1,%0,%0");
+    BESIDE(vcvtdq2ps, "%1,%0");
+    BESIDE(vcvtph2ps, "%t1,%0");
+    BESIDE(vpaddd, "%1,%0,%0");
+    BESIDE(vpermd, "%0,%1,%0");
     printf("\n");
-    __asm__ volatile("" : : "v"(a0), "v"(a1), "v"(a2), "v"(a3), "v"(a4), "v"(a5), "v"(a6), "v"(a7), "v"(v), "v"(w));
+    __asm__ volatile("" : : "v"(a0), "v"(a1), "v"(a2), "v"(a3), "v"(a4), "v"(a5), "v"(a6), "v"(a7));
 }
 
 int main(void) {
