@@ -261,6 +261,15 @@ void tf_set_soft_fp16(int soft) {
 static inline void prefetch(const void *p, int64_t bytes) {
     for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch((const char *)p + i, 0, 2);
 }
+/* The lines of p's first bytes (p = 0: none).  The QK and PV steps ask for the chunk
+ * AHEAD blocks on this way, a few lines at a time among their multiply-adds, where
+ * PFIN is 1: asked for in one loop before each step, the requests held it up (8-row
+ * steps at 512 positions, one thread, runs alternated, fastest of 40: SmolLM2 13.27
+ * -> 12.67 ms with AVX-512, 21.6 -> 20.8 with AVX2).  In QK_KEYS they go outside the
+ * loop over l, which must unroll to keep its chains in registers. */
+static inline __attribute__((always_inline)) void ask_lines(const void *p, int bytes) {
+    if (p) for (int i = 0; i < bytes; i += 64) __builtin_prefetch((const char *)p + i, 0, 2);
+}
 
 /* int8 keys and values: s[g][j] times the scale of key (or value) j, for G rows of nj */
 static inline void scale_cols(float *s, int G, int nj, int Lp, const float *sc) {
@@ -363,16 +372,19 @@ void tf_softmax_rows(float *s, int G, int L, int stride, float *den) {
 /* Scores of keys j.. (one per vector lane) of block kb ([head_dim, B]: keys by
  * dimension) for the GN query heads from g0: lane chain l multiply-adds q[i] * k[i]
  * for i = l, l+8, ... in order, then tree8 over the eight chains (the lanes8 dot). */
-#define QK_KEYS(VT, H, FMA, BCAST, STORE, GN)                                                     \
+#define QK_KEYS(VT, W, H, FMA, BCAST, STORE, GN)                                                   \
     do {                                                                                          \
         VT c[GN][8];                                                                              \
         memset(c, 0, sizeof c);                                                                   \
-        for (int i = 0; i < d; i += 8)                                                            \
+        for (int i = 0; i < d; i += 8) {                                                          \
+            ask_lines(g0 || !pfk ? 0 : pfk + i * W, 8 * W * (int)sizeof(*kb));                    \
+            ask_lines(g0 || !pfv ? 0 : pfv + i * W, 8 * W * (int)sizeof(*kb));                    \
             for (int l = 0; l < 8; l++) {                                                         \
                 VT k = H(kb + (int64_t)(i + l) * B + j);                                          \
                 for (int gi = 0; gi < GN; gi++)                                                   \
                     c[gi][l] = FMA(BCAST(q[(g0 + gi) * d + i + l]), k, c[gi][l]);                 \
             }                                                                                     \
+        }                                                                                         \
         for (int gi = 0; gi < GN; gi++)                                                           \
             STORE(s + (int64_t)(g0 + gi) * Lp + j0 + j,                                           \
                   ((c[gi][0] + c[gi][1]) + (c[gi][2] + c[gi][3])) + ((c[gi][4] + c[gi][5]) + (c[gi][6] + c[gi][7]))); \
@@ -389,6 +401,7 @@ void tf_softmax_rows(float *s, int G, int L, int stride, float *den) {
             for (int j = 0; j < nj; j++) {                                                        \
                 VT v[NV];                                                                         \
                 for (int u = 0; u < NV; u++) v[u] = H(vb + (int64_t)j * d + c + W * u);          \
+                ask_lines(g0 || !pvn ? 0 : pvn + (int64_t)j * d + c, W * NV * (int)sizeof(*vb));  \
                 for (int gi = 0; gi < GN; gi++) {                                                 \
                     VT x = BCAST(s[(int64_t)(g0 + gi) * Lp + j0 + j]);                            \
                     for (int u = 0; u < NV; u++) a[gi][u] = FMA(x, v[u], a[gi][u]);              \
@@ -423,8 +436,10 @@ void tf_softmax_rows(float *s, int G, int L, int stride, float *den) {
  * widened value), o / den.  Every query head's arithmetic is the same whichever heads
  * share the call.  W divides the block size (16 does).  DC, BC: the head_dim and block
  * size as constants, or 0 for the model's.  KT: the keys' and values' type (uint16_t: fp16;
- * int8_t: int8, whose scales multiply the scores, then the softmax terms, I8 = 1). */
-#define TF_ATTEND(NAME, ATTR, W, QK, QG, PV, PG, DC, BC, KT, I8)                                  \
+ * int8_t: int8, whose scales multiply the scores, then the softmax terms, I8 = 1).  PFIN:
+ * 1 where QK and PV ask for the lines ahead themselves (pfk, pfv, pvn: ask_lines), 0
+ * where the loops around them ask. */
+#define TF_ATTEND(NAME, ATTR, W, QK, QG, PV, PG, DC, BC, KT, I8, PFIN)                             \
 ATTR static void NAME(const tf_attn *t, int row, int h0, int h1, float *scratch) {                \
     int d = DC ? DC : t->head_dim, G = t->heads / t->kv_heads, B = BC ? BC : t->block_size;     \
     int L = t->pos[row] + 1, NH = (h1 - h0) * G;                                                  \
@@ -445,9 +460,10 @@ ATTR static void NAME(const tf_attn *t, int row, int h0, int h1, float *scratch)
             const KT *pk = j0 + AHEAD * B < L ? (const KT *)(kbase + table[j0 / B + AHEAD] * bs) + head : 0; \
             const KT *pv = pk && early_v ? (const KT *)(vbase + table[j0 / B + AHEAD] * bs) + head : 0; \
             for (int j = 0; j < nj; j += W) {                                                     \
-                if (pk) prefetch(pk + j * d, W * d * (int)sizeof(KT));                            \
-                if (pv) prefetch(pv + j * d, W * d * (int)sizeof(KT));                            \
-                for (int g0 = 0, gn_; g0 < G; g0 += gn_) BY_HEADS(QG, QK);                              \
+                const KT *pfk = PFIN && pk ? pk + j * d : 0, *pfv = PFIN && pv ? pv + j * d : 0;   \
+                if (pk && !pfk) prefetch(pk + j * d, W * d * (int)sizeof(KT));                    \
+                if (pv && !pfv) prefetch(pv + j * d, W * d * (int)sizeof(KT));                    \
+                for (int g0 = 0, gn_; g0 < G; g0 += gn_) BY_HEADS(QG, QK);                         \
             }                                                                                     \
             if (i8_) scale_cols(s + j0, G, nj, Lp, t->ks + table[j0 / B] * ss + kvh * B);        \
         }                                                                                         \
@@ -464,10 +480,11 @@ ATTR static void NAME(const tf_attn *t, int row, int h0, int h1, float *scratch)
             float *o = o0 + (int64_t)(kvh - h0) * G * d;                                          \
             int64_t head = (int64_t)kvh * B * d;                                                  \
             const KT *vb = (const KT *)(vbase + table[j0 / B] * bs) + head;                      \
-            if (j0 + AHEAD * B < L)                                                               \
+            const KT *pvn = PFIN && j0 + AHEAD * B < L ? (const KT *)(vbase + table[j0 / B + AHEAD] * bs) + head : 0; \
+            if (!PFIN && j0 + AHEAD * B < L)                                                       \
                 prefetch((const KT *)(vbase + table[j0 / B + AHEAD] * bs) + head, B * d * (int)sizeof(KT)); \
             if (i8_) scale_cols(s + j0, G, nj, Lp, t->vs + table[j0 / B] * ss + kvh * B);        \
-            for (int g0 = 0, gn_; g0 < G; g0 += gn_) BY_HEADS(PG, PV);                                  \
+            for (int g0 = 0, gn_; g0 < G; g0 += gn_) BY_HEADS(PG, PV);                             \
         }                                                                                         \
     }                                                                                             \
     float *dst = t->out + (int64_t)row * t->out_stride + h0 * G * d;                              \
@@ -475,12 +492,12 @@ ATTR static void NAME(const tf_attn *t, int row, int h0, int h1, float *scratch)
         for (int i = 0; i < d; i++) dst[g * d + i] = o0[g * d + i] / den[g] + 0.0f;               \
 }
 
-#define QK_SOFT(GN) QK_KEYS(v8f, h8_soft, fma8_soft, bcast8, store8, GN)
+#define QK_SOFT(GN) QK_KEYS(v8f, 8, h8_soft, fma8_soft, bcast8, store8, GN)
 #define PV_SOFT(GN) PV_ROWS(v8f, 8, h8_soft, fma8_soft, bcast8, load8, store8, GN, 1)
-TF_ATTEND(attend_soft, , 8, QK_SOFT, 1, PV_SOFT, 1, 0, 0, uint16_t, 0)
-#define QK_SOFT_I8(GN) QK_KEYS(v8f, b8_soft, fma8_soft, bcast8, store8, GN)
+TF_ATTEND(attend_soft, , 8, QK_SOFT, 1, PV_SOFT, 1, 0, 0, uint16_t, 0, 0)
+#define QK_SOFT_I8(GN) QK_KEYS(v8f, 8, b8_soft, fma8_soft, bcast8, store8, GN)
 #define PV_SOFT_I8(GN) PV_ROWS(v8f, 8, b8_soft, fma8_soft, bcast8, load8, store8, GN, 1)
-TF_ATTEND(attend_soft_i8, , 8, QK_SOFT_I8, 1, PV_SOFT_I8, 1, 0, 0, int8_t, 1)
+TF_ATTEND(attend_soft_i8, , 8, QK_SOFT_I8, 1, PV_SOFT_I8, 1, 0, 0, int8_t, 1, 0)
 #ifdef TF_X86
 /* AVX2: the same chains in named registers (the generic forms above spill them here).
  * Scores of the sixteen keys of the chunk at k (dimension i at k + i*B), as two vectors
@@ -501,7 +518,8 @@ TF_AVX2 TF_INLINE void tree_pair_avx2(float *sp, int l, __m256 pair, __m256 *p45
     else if (l == 4) *p45 = pair;
     else _mm256_storeu_ps(sp, _mm256_add_ps(_mm256_loadu_ps(sp), _mm256_add_ps(*p45, pair)));
 }
-TF_AVX2 TF_INLINE void qk_avx2(int GN, int d, const float *q, const void *k, int i8, int B, float *s, int Lp) {
+TF_AVX2 TF_INLINE void qk_avx2(int GN, int d, const float *q, const void *k, int i8, int B, float *s, int Lp,
+                                const char *pk, const char *pv) {
     __m256 p45[3][2];
     _Pragma("GCC unroll 4") for (int l = 0; l < 8; l += 2) {
         __m256 c[3][2][2];
@@ -511,6 +529,10 @@ TF_AVX2 TF_INLINE void qk_avx2(int GN, int d, const float *q, const void *k, int
             _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
                 int64_t kp = (int64_t)(i + l + h) * B;
                 __m256 k0 = kv8_avx2(k, kp, i8), k1 = kv8_avx2(k, kp + 8, i8);
+                if (!(((l + h) * 16 << !i8) & 63)) {                           /* a line's first key */
+                    ask_lines(pk ? pk + ((i + l + h) * 16 << !i8) : 0, 1);
+                    ask_lines(pv ? pv + ((i + l + h) * 16 << !i8) : 0, 1);
+                }
                 _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) {
                     __m256 x = _mm256_broadcast_ss(q + g * d + i + l + h);
                     c[g][h][0] = _mm256_fmadd_ps(x, k0, c[g][h][0]);
@@ -525,7 +547,8 @@ TF_AVX2 TF_INLINE void qk_avx2(int GN, int d, const float *q, const void *k, int
 
 /* o[g][:] = fma(w[g][j], v[j][:], o[g][:]) over the nj values of a block in order, for GN
  * heads, 32 dimensions at a time: up to twelve chains, enough to hide the fma latency. */
-TF_AVX2 TF_INLINE void pv_avx2(int GN, int d, const void *vb, int i8, int nj, const float *w, int Lp, float *o) {
+TF_AVX2 TF_INLINE void pv_avx2(int GN, int d, const void *vb, int i8, int nj, const float *w, int Lp, float *o,
+                                const char *pn) {
     _Pragma("GCC unroll 4") for (int c = 0; c < d; c += 32) {
         __m256 a[3][4];
         _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++)
@@ -533,6 +556,7 @@ TF_AVX2 TF_INLINE void pv_avx2(int GN, int d, const void *vb, int i8, int nj, co
         for (int j = 0; j < nj; j++) {
             __m256 x[3];
             _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) x[g] = _mm256_broadcast_ss(w + (int64_t)g * Lp + j);
+            ask_lines(pn ? pn + (((int64_t)j * d + c) << !i8) : 0, 32 << !i8);
             _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {
                 __m256 v = kv8_avx2(vb, (int64_t)j * d + c + 8 * u, i8);
                 _Pragma("GCC unroll 3") for (int g = 0; g < GN; g++) a[g][u] = _mm256_fmadd_ps(x[g], v, a[g][u]);
@@ -546,7 +570,8 @@ TF_AVX2 TF_INLINE void pv_avx2(int GN, int d, const void *vb, int i8, int nj, co
  * keys at a time, each widened key feeding every head of the pass, so a key is widened
  * once where qk_avx2 would widen it two or three times.  The chains, their order and the
  * tree are qk_avx2's.  (The values keep pv_avx2: a wide form of it measured slower.) */
-TF_AVX2 TF_INLINE void qkw_avx2(int GN, int d, const float *q, const void *k, int i8, int B, float *s, int Lp) {
+TF_AVX2 TF_INLINE void qkw_avx2(int GN, int d, const float *q, const void *k, int i8, int B, float *s, int Lp,
+                                 const char *pk, const char *pv) {
     __m256 p45[7];
     _Pragma("GCC unroll 4") for (int l = 0; l < 8; l += 2) {
         __m256 c[7][2];
@@ -554,6 +579,10 @@ TF_AVX2 TF_INLINE void qkw_avx2(int GN, int d, const float *q, const void *k, in
         _Pragma("GCC unroll 16") for (int i = 0; i < d; i += 8)
             _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
                 __m256 kv = kv8_avx2(k, (int64_t)(i + l + h) * B, i8);
+                if (!(((l + h) * 8 << !i8) & 63)) {                            /* a line's first key */
+                    ask_lines(pk ? pk + ((i + l + h) * 8 << !i8) : 0, 1);
+                    ask_lines(pv ? pv + ((i + l + h) * 8 << !i8) : 0, 1);
+                }
                 _Pragma("GCC unroll 7") for (int g = 0; g < GN; g++)
                     c[g][h] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + g * d + i + l + h), kv, c[g][h]);
             }
@@ -561,29 +590,31 @@ TF_AVX2 TF_INLINE void qkw_avx2(int GN, int d, const float *q, const void *k, in
             tree_pair_avx2(s + (int64_t)g * Lp, l, _mm256_add_ps(c[g][0], c[g][1]), &p45[g]);
     }
 }
-#define QK_AVX2(GN) qk_avx2(GN, d, q + g0 * d, kb + j, i8_, B, s + (int64_t)g0 * Lp + j0 + j, Lp)
-#define PV_AVX2(GN) pv_avx2(GN, d, vb, i8_, nj, s + (int64_t)g0 * Lp + j0, Lp, o + g0 * d)
+#define QK_AVX2(GN) qk_avx2(GN, d, q + g0 * d, kb + j, i8_, B, s + (int64_t)g0 * Lp + j0 + j, Lp, \
+                            g0 ? 0 : (const char *)pfk, g0 ? 0 : (const char *)pfv)
+#define PV_AVX2(GN) pv_avx2(GN, d, vb, i8_, nj, s + (int64_t)g0 * Lp + j0, Lp, o + g0 * d, g0 ? 0 : (const char *)pvn)
 /* The common shapes with their sizes as constants (every address an immediate), and any
  * other, each with fp16 and with int8 keys and values; AVX2_PICK names the one for d, B, i8. */
 #define TF_ATTEND_AVX2(NAME, W, QK, QG)                                                            \
-TF_ATTEND(NAME##_64, TF_AVX2, W, QK, QG, PV_AVX2, 3, 64, 32, uint16_t, 0)                          \
-TF_ATTEND(NAME##_128, TF_AVX2, W, QK, QG, PV_AVX2, 3, 128, 32, uint16_t, 0)                        \
-TF_ATTEND(NAME, TF_AVX2, W, QK, QG, PV_AVX2, 3, 0, 0, uint16_t, 0)                                 \
-TF_ATTEND(NAME##_64_i8, TF_AVX2, W, QK, QG, PV_AVX2, 3, 64, 32, int8_t, 1)                         \
-TF_ATTEND(NAME##_128_i8, TF_AVX2, W, QK, QG, PV_AVX2, 3, 128, 32, int8_t, 1)                       \
-TF_ATTEND(NAME##_i8, TF_AVX2, W, QK, QG, PV_AVX2, 3, 0, 0, int8_t, 1)
+TF_ATTEND(NAME##_64, TF_AVX2, W, QK, QG, PV_AVX2, 3, 64, 32, uint16_t, 0, 1)                       \
+TF_ATTEND(NAME##_128, TF_AVX2, W, QK, QG, PV_AVX2, 3, 128, 32, uint16_t, 0, 1)                     \
+TF_ATTEND(NAME, TF_AVX2, W, QK, QG, PV_AVX2, 3, 0, 0, uint16_t, 0, 1)                              \
+TF_ATTEND(NAME##_64_i8, TF_AVX2, W, QK, QG, PV_AVX2, 3, 64, 32, int8_t, 1, 1)                      \
+TF_ATTEND(NAME##_128_i8, TF_AVX2, W, QK, QG, PV_AVX2, 3, 128, 32, int8_t, 1, 1)                    \
+TF_ATTEND(NAME##_i8, TF_AVX2, W, QK, QG, PV_AVX2, 3, 0, 0, int8_t, 1, 1)
 #define AVX2_PICK(NAME, d, B, i8)                                                                  \
     ((d) == 64 && (B) == 32 ? ((i8) ? NAME##_64_i8 : NAME##_64)                                    \
      : (d) == 128 && (B) == 32 ? ((i8) ? NAME##_128_i8 : NAME##_128) : ((i8) ? NAME##_i8 : NAME))
 TF_ATTEND_AVX2(attend_avx2, 16, QK_AVX2, 3)
-#define QKW_AVX2(GN) qkw_avx2(GN, d, q + g0 * d, kb + j, i8_, B, s + (int64_t)g0 * Lp + j0 + j, Lp)
+#define QKW_AVX2(GN) qkw_avx2(GN, d, q + g0 * d, kb + j, i8_, B, s + (int64_t)g0 * Lp + j0 + j, Lp, \
+                              g0 ? 0 : (const char *)pfk, g0 ? 0 : (const char *)pfv)
 TF_ATTEND_AVX2(attendw_avx2, 8, QKW_AVX2, 7)
-#define QK_AVX512(GN) QK_KEYS(v16f, h16, fma16, bcast16, store16, GN)
+#define QK_AVX512(GN) QK_KEYS(v16f, 16, h16, fma16, bcast16, store16, GN)
 #define PV_AVX512(GN) PV_ROWS(v16f, 16, h16, fma16, bcast16, load16, store16, GN, 4)
-TF_ATTEND(attend_avx512, TF_AVX512, 16, QK_AVX512, 3, PV_AVX512, 3, 0, 0, uint16_t, 0)
-#define QK_AVX512_I8(GN) QK_KEYS(v16f, b16, fma16, bcast16, store16, GN)
+TF_ATTEND(attend_avx512, TF_AVX512, 16, QK_AVX512, 3, PV_AVX512, 3, 0, 0, uint16_t, 0, 1)
+#define QK_AVX512_I8(GN) QK_KEYS(v16f, 16, b16, fma16, bcast16, store16, GN)
 #define PV_AVX512_I8(GN) PV_ROWS(v16f, 16, b16, fma16, bcast16, load16, store16, GN, 4)
-TF_ATTEND(attend_avx512_i8, TF_AVX512, 16, QK_AVX512_I8, 3, PV_AVX512_I8, 3, 0, 0, int8_t, 1)
+TF_ATTEND(attend_avx512_i8, TF_AVX512, 16, QK_AVX512_I8, 3, PV_AVX512_I8, 3, 0, 0, int8_t, 1, 1)
 #endif
 #ifdef TF_NEON
 /* NEON: qk_avx2 and pv_avx2's chains as pairs of four-lane registers (the generic forms
@@ -644,8 +675,8 @@ static inline __attribute__((always_inline)) void pv_neon(int GN, int d, const v
 }
 #define QK_NEON(GN) qk_neon(GN, d, q + g0 * d, kb + j, i8_, B, s + (int64_t)g0 * Lp + j0 + j, Lp)
 #define PV_NEON(GN) pv_neon(GN, d, vb, i8_, nj, s + (int64_t)g0 * Lp + j0, Lp, o + g0 * d)
-TF_ATTEND(attend_neon, , 8, QK_NEON, 3, PV_NEON, 3, 0, 0, uint16_t, 0)
-TF_ATTEND(attend_neon_i8, , 8, QK_NEON, 3, PV_NEON, 3, 0, 0, int8_t, 1)
+TF_ATTEND(attend_neon, , 8, QK_NEON, 3, PV_NEON, 3, 0, 0, uint16_t, 0, 0)
+TF_ATTEND(attend_neon_i8, , 8, QK_NEON, 3, PV_NEON, 3, 0, 0, int8_t, 1, 0)
 #endif
 
 int64_t tf_attend_scratch(const tf_attn *t, int pos) {
