@@ -246,7 +246,9 @@ TF_VNNI TF_INLINE __m512i dpbusd_x4(__m512i p, __m512i v, const int8_t *x) {
 /* AVX-512 VNNI: group g by RT rows, a block at a time: the eight vectors unpacked once
  * (Q8 offset to unsigned by 128, taken back exactly by starting the total at -128 * the
  * row's q sum, where it was an fp32 multiply-add on the multiply pipe: a tenth of the
- * Q8 tile's; a Q4A's fixed offset likewise), one dpbusd per vector and row. */
+ * Q8 tile's; a Q4A's fixed offset likewise), one dpbusd per vector and row, in two
+ * chains of four a row (exact integers, added once: SmolLM2's 8-row step 1.5% shorter
+ * than with one chain of eight). */
 TF_VNNI TF_INLINE void btile_vnni(const tf_weight *w, int64_t g, const tf_acts *a, int r0, int RT,
                                   float *y, int ldy, int n0, int n1, int ahead, int Q4, int HIGH, int MIN) {
     int64_t k = w->k, nb = k / 32;
@@ -272,10 +274,12 @@ TF_VNNI TF_INLINE void btile_vnni(const tf_weight *w, int64_t g, const tf_acts *
         _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {
             int64_t at = r * nb + b;
             const int8_t *xq = xq0 + r * k + b * 32;
-            __m512i p = _mm512_set1_epi32(Q4 ? BSTART(Q4, HIGH, MIN, at) : base0[at]);
-            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
+            __m512i p = _mm512_set1_epi32(Q4 ? BSTART(Q4, HIGH, MIN, at) : base0[at]), p1 = _mm512_setzero_si512();
+            _Pragma("GCC unroll 4") for (int j = 0; j < 8; j += 2) {
                 p = dpbusd_x4(p, v[j], xq + 4 * j);
-            __m512 P = _mm512_cvtepi32_ps(p);
+                p1 = dpbusd_x4(p1, v[j + 1], xq + 4 * j + 4);
+            }
+            __m512 P = _mm512_cvtepi32_ps(_mm512_add_epi32(p, p1));
             TF_BFINISH(acc[r], P, xs0[at], xsum0[at], d, mn, MIN, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_set1_ps);
         }
     }
