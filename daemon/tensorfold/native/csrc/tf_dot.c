@@ -98,6 +98,46 @@ TF_AVX2 static void quantize_row_avx2(const float *x, int k, int8_t *q, float *s
     }
 }
 
+/* ---- AVX-512: a block's 32 inputs as two vectors, and the scales of sixteen blocks at a
+ * time (vdivps rounds as divss does), so the divisions of one block no longer wait on
+ * those of the one before: the same rule, the same bits */
+TF_VNNI TF_INLINE float amax32_512(const float *x) {
+    __m512 m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x)), _mm512_setzero_ps());   /* a NaN lane: 0 */
+    m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 16)), m);
+    return _mm512_reduce_max_ps(m);                                   /* no NaN left: any order */
+}
+
+TF_VNNI TF_INLINE __m512i quant16_512(const float *x, __m512 id) {
+    const __m512 c = _mm512_set1_ps(12582912.0f), hi = _mm512_set1_ps(127.0f);
+    __m512 v = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(x), id), c), c);
+    v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);          /* a NaN to 0 */
+    return _mm512_cvtps_epi32(_mm512_max_ps(_mm512_min_ps(v, hi), _mm512_sub_ps(_mm512_setzero_ps(), hi)));
+}
+
+TF_VNNI static void quantize_row_512(const float *x, int k, int8_t *q, float *s, int32_t *base, float *xsum) {
+    const __m512 zero = _mm512_setzero_ps();
+    for (int b0 = 0; b0 < k / 32; b0 += 16) {
+        int n = k / 32 - b0 < 16 ? k / 32 - b0 : 16;
+        __mmask16 live = (__mmask16)((1u << n) - 1);
+        float amax[16] = {0}, id[16];
+        for (int b = 0; b < n; b++) amax[b] = amax32_512(x + (b0 + b) * 32);
+        __m512 d = _mm512_div_ps(_mm512_loadu_ps(amax), _mm512_set1_ps(127.0f));   /* scale_of, lane by lane */
+        __m512 inv = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, zero, _CMP_NEQ_OQ), _mm512_set1_ps(1.0f), d);
+        __mmask16 tiny = _mm512_cmp_ps_mask(inv, _mm512_set1_ps(3.0e38f), _CMP_GT_OQ);
+        _mm512_mask_storeu_ps(s + b0, live, _mm512_mask_mov_ps(d, tiny, zero));
+        _mm512_storeu_ps(id, _mm512_mask_mov_ps(inv, tiny, zero));
+        for (int b = 0; b < n; b++) {
+            const float *xb = x + (b0 + b) * 32;
+            __m512i lo = quant16_512(xb, _mm512_set1_ps(id[b])), hi = quant16_512(xb + 16, _mm512_set1_ps(id[b]));
+            _mm_storeu_si128((__m128i *)(q + (b0 + b) * 32), _mm512_cvtepi32_epi8(lo));
+            _mm_storeu_si128((__m128i *)(q + (b0 + b) * 32 + 16), _mm512_cvtepi32_epi8(hi));
+            int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(lo, hi));     /* |sum| <= 32 * 127 */
+            base[b0 + b] = -128 * sum;
+            xsum[b0 + b] = s[b0 + b] * (float)sum;
+        }
+    }
+}
+
 TF_AVX2 static void quantize_row_k_avx2(const float *x, int k, int8_t *q, float *s, int16_t *bs, uint8_t *qu) {
     const __m256i korder = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);   /* natural dword 4h + m at 2m + h */
     for (int j = 0; j < k / 256; j++) {
@@ -122,7 +162,8 @@ float tf_quantize_head(const float *x, int n, int8_t *q) {
 
 void tf_quantize_row(const float *x, int k, int8_t *q, float *s, int32_t *base, float *xsum) {
 #ifdef TF_X86
-    if (tf_isa() >= 1) { quantize_row_avx2(x, k, q, s, base, xsum); return; }
+    if (tf_isa() == 2) { quantize_row_512(x, k, q, s, base, xsum); return; }
+    if (tf_isa() == 1) { quantize_row_avx2(x, k, q, s, base, xsum); return; }
 #endif
     for (int b = 0; b < k / 32; b++) {
         float id;
