@@ -118,6 +118,8 @@ def _host_row(logits: torch.Tensor) -> torch.Tensor | None:
     CPU), else None."""
     if logits.device.type != "cpu" or logits.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         return None
+    if logits.dtype == torch.float32 and logits.is_contiguous() and not logits.requires_grad:
+        return logits                       # as it is (three torch calls cost 13 us a row)
     return logits.detach().to(torch.float32).contiguous()
 
 
