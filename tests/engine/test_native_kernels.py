@@ -287,6 +287,39 @@ def test_quantize_row_every_isa_matches_scalar_rule(isa):
             assert a.tobytes() == b.tobytes(), f"row {r}: {name}"
 
 
+def quantize_row_k(x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """tf_quantize_row_k of one row: its codes (the K kernels' order), scales, half-block
+    sums and unsigned codes."""
+    q, s = np.empty(x.size, np.int8), np.empty(x.size // 256, F32)
+    bs, qu = np.empty(x.size // 16, np.int16), np.empty(x.size, np.uint8)
+    L.tf_quantize_row_k(lib.ptr(x), C.c_int(x.size), lib.ptr(q, C.c_int8), lib.ptr(s), lib.ptr(bs, C.c_int16),
+                        lib.ptr(qu, C.c_uint8))
+    return q, s, bs, qu
+
+
+@pytest.mark.parametrize("isa", [i for i in ISAS if i != 0])
+def test_quantize_row_k_every_isa_matches_scalar_rule(isa):
+    """The K form's codes, scales, half-block sums and unsigned codes, bit for bit, on rows
+    of three super-blocks that hold zeros, a NaN, an infinity, a span too small to scale,
+    denormals and row scales across five decades."""
+    rng = np.random.default_rng(23)
+    x = np.concatenate([acts(6, seed=7)[:, :256]] * 3, axis=1).astype(F32)          # 768 = 3 super-blocks
+    x[1, 0:256] = 0.0
+    x[2, 300] = np.nan
+    x[3, 520] = -np.inf
+    x[4, 256:512] = rng.standard_normal(256).astype(F32) * F32(1e-38)
+    x[4, 600:632] = F32(1e-45) * np.arange(32, dtype=F32)
+    x[5, 512:768] *= F32(1e4)
+    for r in range(x.shape[0]):
+        row = np.ascontiguousarray(x[r])
+        use_isa(0)
+        ref = quantize_row_k(row)
+        use_isa(isa)
+        got = quantize_row_k(row)
+        for name, a, b in zip(("q", "s", "bs", "qu"), got, ref):
+            assert a.tobytes() == b.tobytes(), f"row {r}: {name}"
+
+
 def weight_min(p: Q.Packed) -> np.ndarray:
     """The per-block additive term m of each weight element (0 when the format has none)."""
     if p.fmt in (Q.FMT_K4, Q.FMT_K5) or (p.fmt in (Q.FMT_Q4A, Q.FMT_Q8) and p.flags & Q.HAS_MIN):
