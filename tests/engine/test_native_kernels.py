@@ -262,6 +262,18 @@ def quantize_row(x: np.ndarray) -> tuple[np.ndarray, ...]:
     return q, s, base, xsum
 
 
+def rows_match_scalar(isa: int, x: np.ndarray, quantize, names: tuple[str, ...]) -> None:
+    """Each row of x through `quantize` on `isa` gives the scalar path's arrays, bit for bit."""
+    for r in range(x.shape[0]):
+        row = np.ascontiguousarray(x[r])
+        use_isa(0)
+        ref = quantize(row)
+        use_isa(isa)
+        got = quantize(row)
+        for name, a, b in zip(names, got, ref):
+            assert a.tobytes() == b.tobytes(), f"row {r}: {name}"
+
+
 @pytest.mark.parametrize("isa", [i for i in ISAS if i != 0])
 def test_quantize_row_every_isa_matches_scalar_rule(isa):
     """The block activations' codes, scales, bases and xsums, bit for bit, on rows of 19
@@ -277,14 +289,7 @@ def test_quantize_row_every_isa_matches_scalar_rule(isa):
     x[4, 160:192] = rng.standard_normal(32).astype(F32) * F32(1e-38)
     x[4, 200:232] = F32(1e-45) * np.arange(32, dtype=F32)
     x[5, 300:332] = F32(-1e-30)
-    for r in range(x.shape[0]):
-        row = np.ascontiguousarray(x[r])
-        use_isa(0)
-        ref = quantize_row(row)
-        use_isa(isa)
-        got = quantize_row(row)
-        for name, a, b in zip(("q", "s", "base", "xsum"), got, ref):
-            assert a.tobytes() == b.tobytes(), f"row {r}: {name}"
+    rows_match_scalar(isa, x, quantize_row, ("q", "s", "base", "xsum"))
 
 
 def quantize_row_k(x: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -310,14 +315,7 @@ def test_quantize_row_k_every_isa_matches_scalar_rule(isa):
     x[4, 256:512] = rng.standard_normal(256).astype(F32) * F32(1e-38)
     x[4, 600:632] = F32(1e-45) * np.arange(32, dtype=F32)
     x[5, 512:768] *= F32(1e4)
-    for r in range(x.shape[0]):
-        row = np.ascontiguousarray(x[r])
-        use_isa(0)
-        ref = quantize_row_k(row)
-        use_isa(isa)
-        got = quantize_row_k(row)
-        for name, a, b in zip(("q", "s", "bs", "qu"), got, ref):
-            assert a.tobytes() == b.tobytes(), f"row {r}: {name}"
+    rows_match_scalar(isa, x, quantize_row_k, ("q", "s", "bs", "qu"))
 
 
 def weight_min(p: Q.Packed) -> np.ndarray:
