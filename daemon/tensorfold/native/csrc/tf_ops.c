@@ -258,12 +258,9 @@ void tf_set_soft_fp16(int soft) {
  * the step 14.7 ms before, 14.4 after, means of four alternations).  Past it they
  * would leave the cache before their use. */
 #define EARLY_V (512 << 10)   /* the most bytes of keys and values a call asks for early: half a Zen 4 L2 */
-static inline void prefetch(const void *p, int64_t bytes) {
-    for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch((const char *)p + i, 0, 2);
-}
-/* The lines of p's first bytes (p = 0: none).  The QK and PV steps ask for the chunk
- * AHEAD blocks on this way, a few lines at a time among their multiply-adds, where
- * PFIN is 1: asked for in one loop before each step, the requests held it up (8-row
+/* Asks for the lines of p's first bytes (p = 0: none).  Where PFIN is 1 the QK and PV
+ * steps ask for the chunk AHEAD blocks on a few lines at a time among their
+ * multiply-adds: asked for all at once before each step, the requests held it up (8-row
  * steps at 512 positions, one thread, runs alternated, fastest of 40: SmolLM2 13.27
  * -> 12.67 ms with AVX-512, 21.6 -> 20.8 with AVX2).  In QK_KEYS they go outside the
  * loop over l, which must unroll to keep its chains in registers. */
@@ -461,8 +458,8 @@ ATTR static void NAME(const tf_attn *t, int row, int h0, int h1, float *scratch)
             const KT *pv = pk && early_v ? (const KT *)(vbase + table[j0 / B + AHEAD] * bs) + head : 0; \
             for (int j = 0; j < nj; j += W) {                                                     \
                 const KT *pfk = PFIN && pk ? pk + j * d : 0, *pfv = PFIN && pv ? pv + j * d : 0;   \
-                if (pk && !pfk) prefetch(pk + j * d, W * d * (int)sizeof(KT));                    \
-                if (pv && !pfv) prefetch(pv + j * d, W * d * (int)sizeof(KT));                    \
+                if (!pfk) ask_lines(pk ? pk + j * d : 0, W * d * (int)sizeof(KT));                \
+                if (!pfv) ask_lines(pv ? pv + j * d : 0, W * d * (int)sizeof(KT));                \
                 for (int g0 = 0, gn_; g0 < G; g0 += gn_) BY_HEADS(QG, QK);                         \
             }                                                                                     \
             if (i8_) scale_cols(s + j0, G, nj, Lp, t->ks + table[j0 / B] * ss + kvh * B);        \
@@ -470,7 +467,7 @@ ATTR static void NAME(const tf_attn *t, int row, int h0, int h1, float *scratch)
     }                                                                                             \
     for (int b = 0; b < AHEAD && b * B < L; b++)                  /* the first values, meanwhile */ \
         for (int kvh = h0; kvh < h1; kvh++)                                                       \
-            prefetch((const KT *)(vbase + table[b] * bs) + (int64_t)kvh * B * d, B * d * (int)sizeof(KT)); \
+            ask_lines((const KT *)(vbase + table[b] * bs) + (int64_t)kvh * B * d, B * d * (int)sizeof(KT)); \
     tf_softmax_rows(s0, NH, L, Lp, den);                                                          \
     memset(o0, 0, sizeof(float) * NH * d);                                                        \
     for (int j0 = 0; j0 < L; j0 += B) {                                                           \
@@ -482,7 +479,7 @@ ATTR static void NAME(const tf_attn *t, int row, int h0, int h1, float *scratch)
             const KT *vb = (const KT *)(vbase + table[j0 / B] * bs) + head;                      \
             const KT *pvn = PFIN && j0 + AHEAD * B < L ? (const KT *)(vbase + table[j0 / B + AHEAD] * bs) + head : 0; \
             if (!PFIN && j0 + AHEAD * B < L)                                                       \
-                prefetch((const KT *)(vbase + table[j0 / B + AHEAD] * bs) + head, B * d * (int)sizeof(KT)); \
+                ask_lines((const KT *)(vbase + table[j0 / B + AHEAD] * bs) + head, B * d * (int)sizeof(KT)); \
             if (i8_) scale_cols(s + j0, G, nj, Lp, t->vs + table[j0 / B] * ss + kvh * B);        \
             for (int g0 = 0, gn_; g0 < G; g0 += gn_) BY_HEADS(PG, PV);                             \
         }                                                                                         \
