@@ -457,9 +457,12 @@ ATTR static void NAME(const tf_attn *t, int row, int h0, int h1, float *scratch)
             const KT *pk = j0 + AHEAD * B < L ? (const KT *)(kbase + table[j0 / B + AHEAD] * bs) + head : 0; \
             const KT *pv = pk && early_v ? (const KT *)(vbase + table[j0 / B + AHEAD] * bs) + head : 0; \
             for (int j = 0; j < nj; j += W) {                                                     \
-                const KT *pfk = PFIN && pk ? pk + j * d : 0, *pfv = PFIN && pv ? pv + j * d : 0;   \
-                if (!pfk) ask_lines(pk ? pk + j * d : 0, W * d * (int)sizeof(KT));                \
-                if (!pfv) ask_lines(pv ? pv + j * d : 0, W * d * (int)sizeof(KT));                \
+                const KT *pfk = pk ? pk + j * d : 0, *pfv = pv ? pv + j * d : 0;   /* its part ahead */ \
+                if (!PFIN) {                                    /* asked for here, not by QK */   \
+                    ask_lines(pfk, W * d * (int)sizeof(KT));                                      \
+                    ask_lines(pfv, W * d * (int)sizeof(KT));                                      \
+                    pfk = pfv = 0;                                                                \
+                }                                                                                 \
                 for (int g0 = 0, gn_; g0 < G; g0 += gn_) BY_HEADS(QG, QK);                         \
             }                                                                                     \
             if (i8_) scale_cols(s + j0, G, nj, Lp, t->ks + table[j0 / B] * ss + kvh * B);        \
@@ -477,9 +480,11 @@ ATTR static void NAME(const tf_attn *t, int row, int h0, int h1, float *scratch)
             float *o = o0 + (int64_t)(kvh - h0) * G * d;                                          \
             int64_t head = (int64_t)kvh * B * d;                                                  \
             const KT *vb = (const KT *)(vbase + table[j0 / B] * bs) + head;                      \
-            const KT *pvn = PFIN && j0 + AHEAD * B < L ? (const KT *)(vbase + table[j0 / B + AHEAD] * bs) + head : 0; \
-            if (!PFIN && j0 + AHEAD * B < L)                                                       \
-                ask_lines((const KT *)(vbase + table[j0 / B + AHEAD] * bs) + head, B * d * (int)sizeof(KT)); \
+            const KT *pvn = j0 + AHEAD * B < L ? (const KT *)(vbase + table[j0 / B + AHEAD] * bs) + head : 0; \
+            if (!PFIN) {                                        /* asked for here, not by PV */   \
+                ask_lines(pvn, B * d * (int)sizeof(KT));                                          \
+                pvn = 0;                                                                          \
+            }                                                                                     \
             if (i8_) scale_cols(s + j0, G, nj, Lp, t->vs + table[j0 / B] * ss + kvh * B);        \
             for (int g0 = 0, gn_; g0 < G; g0 += gn_) BY_HEADS(PG, PV);                             \
         }                                                                                         \
