@@ -68,7 +68,7 @@ def native(tmp_path_factory) -> dict[str, tuple[str, str]]:
 
 
 def test_every_simd_path_gives_the_reference_bits_here(native):
-    assert len(native) == 13 * 4 + 3 * 2 * 8 + 3      # attention: fp16 and int8 KV, 3, 7 and 8 heads a kv head
+    assert len(native) == 13 * 4 + 4 * 2 * 8 + 3      # attention: fp16 and int8 KV, 3, 6, 7 and 8 heads a kv head
     for name in [n for n in native if n.startswith("attend") and not n.endswith("-by-head")]:
         assert native[name][0] == native[f"{name}-by-head"][0], name     # a head's bits whoever shares its call
 

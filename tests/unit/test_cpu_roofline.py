@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import shutil
@@ -20,6 +21,11 @@ def test_reports_every_ceiling():
     for label in ("clock", "read, 1 stream", "read, 8 streams", "read, 8 KB blocks in random order"):
         line = next(l for l in out.splitlines() if l.startswith(label + ":"))
         assert float(re.search(r": ([0-9.]+)", line).group(1)) > 0, line
+    cores = os.cpu_count() or 1
+    every = [l for l in out.splitlines() if l.startswith("read, ") and "cores at once" in l]
+    assert len(every) == (cores > 1), out
+    if every:
+        assert every[0].startswith(f"read, {cores} cores at once") and float(re.search(r": ([0-9.]+)", every[0]).group(1)) > 0
     cpuinfo = Path("/proc/cpuinfo")             # Linux; elsewhere the probe's own check decides
     if cpuinfo.exists():
         assert ("zmm vpdpbusd:" in out) == ("avx512_vnni" in cpuinfo.read_text())
