@@ -457,3 +457,45 @@ def test_dequant_row_compact_matches_reference(qtype):
     for r in range(n):
         L.tf_dequant_row(C.byref(w), r, lib.ptr(out))
         assert np.array_equal(out.view(np.uint32), ref[r].view(np.uint32)), f"row {r}"
+
+
+def _gguf_data(qtype, n, k, seed):
+    """A tensor as GGUFReader gives it: raw blocks, or floats (BF16: raw bytes [n, 2k])."""
+    if qtype in FP16_FIELDS:
+        return random_raw(qtype, n, k, seed=seed)
+    w = np.random.default_rng(seed).standard_normal((n, k)).astype(np.float32)
+    if qtype == QT.BF16:
+        return Q.quantize_float(w, "bf16").q.view(np.uint8).reshape(n, 2 * k)
+    return w.astype(np.float16) if qtype == QT.F16 else w
+
+
+@pytest.mark.parametrize("qtype", [*FP16_FIELDS, QT.F32, QT.F16, QT.BF16])
+def test_packed_into_an_arena_is_the_same_and_within_its_bound(qtype):
+    """A GGUF's weights are packed into one map (model.Arena) sized by packed_bound: the
+    same arrays as packed alone, each on a 64-byte boundary, and the bound holds for
+    ragged output counts and for Q4A/Q8 scales kept float32 (a NaN scale)."""
+    from tensorfold.native.model import Arena
+
+    k = 512
+    for n in (1, 37, 64):
+        data = _gguf_data(qtype, n, k, seed=n)
+        if qtype in (QT.Q4_1, QT.Q8_0):                # a NaN d: that weight's scales stay float32
+            data[0, :2] = np.array([np.nan], np.float16).view(np.uint8)
+        alone = Q.pack_gguf(qtype, data, n, k)
+        arena = Arena(Q.packed_bound(qtype, n, k), huge=False)
+        packed = Q.pack_gguf(qtype, data, n, k, into=arena)
+        assert (packed.fmt, packed.flags) == (alone.fmt, alone.flags)
+        assert np.array_equal(packed.q, alone.q) and np.array_equal(packed.s, alone.s)
+        assert packed.q.ctypes.data % 64 == 0 and packed.s.ctypes.data % 64 == 0
+        assert arena.used <= len(arena.map)
+        if qtype in (QT.Q4_1, QT.Q8_0):
+            assert not packed.flags & Q.HALF
+
+
+def test_an_arena_refuses_past_its_size():
+    from tensorfold.native.model import Arena
+
+    arena = Arena(4096, huge=False)
+    arena.zeros((32, 64))
+    with pytest.raises(RuntimeError, match="too small"):
+        arena.zeros((64, 64))

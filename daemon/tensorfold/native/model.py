@@ -38,9 +38,11 @@ _DELTANET = {"q": "linear_attn.in_proj_qkv", "z": "linear_attn.in_proj_z", "b": 
              "a": "linear_attn.in_proj_a", "o": "linear_attn.out_proj", **_MLP}
 
 
-def _load_gguf(path: Path, args: ModelArgs, hybrid: HybridArgs | None) -> dict[str, quant.Packed | np.ndarray]:
-    """A GGUF's weights, repacked; a hybrid's conv kept fp32 and each attention q split into
-    its queries and their gates (rows are independent, so the raw blocks split as they are)."""
+def _load_gguf(path: Path, args: ModelArgs, hybrid: HybridArgs | None,
+               into: Arena | None) -> dict[str, quant.Packed | np.ndarray]:
+    """A GGUF's weights, repacked (into the arena `into` when given); a hybrid's conv kept
+    fp32 and each attention q split into its queries and their gates (rows are
+    independent, so the raw blocks split as they are)."""
     from ..checkpoints.gguf_convert import iter_gguf_weights
 
     out: dict[str, quant.Packed | np.ndarray] = {}
@@ -55,7 +57,7 @@ def _load_gguf(path: Path, args: ModelArgs, hybrid: HybridArgs | None) -> dict[s
             parts = [(name, queries, half), (name.replace("q_proj", "q_gate"), gates, half)]
         for part, raw, dims in parts:
             try:
-                out[part] = quant.pack_gguf(qtype, raw, *dims)
+                out[part] = quant.pack_gguf(qtype, raw, *dims, into=into)
             except ValueError as exc:
                 raise CheckpointError(f"{path.name}: {part}: {exc}") from None
     return out
@@ -93,7 +95,11 @@ class NativeModel:
         self.kv_cache = kv_cache
         source = gguf_file(folder)
         self.source = "gguf" if source else weights
-        w = _load_gguf(source, args, hybrid) if source else _load_safetensors(folder, weights, args, hybrid)
+        # where Linux gives 2 MB pages: the weights in one map, the KV block by block (allocate_kv)
+        self._block_major = _huge_pages()
+        # a whole GGUF's weights are packed where they stay (a rank's part is cut out after)
+        arena = Arena(_gguf_bound(source), self._block_major) if source and shard is None else None
+        w = _load_gguf(source, args, hybrid, arena) if source else _load_safetensors(folder, weights, args, hybrid)
         self.args = args
         self.kinds = hybrid.kinds if hybrid else (ATTENTION,) * args.layers
         self.shard = shard
@@ -108,10 +114,8 @@ class NativeModel:
         self.hybrid = hybrid
         arrays = {id(v): v for v in w.values()}.values()        # a tied head once
         self.weight_bytes = sum(quant.nbytes(v) if isinstance(v, quant.Packed) else v.nbytes for v in arrays)
-        # where Linux gives 2 MB pages: the weights in one map, the KV block by block (allocate_kv)
-        self._block_major = _huge_pages()
         packed = [v for v in arrays if isinstance(v, quant.Packed)]
-        self._weights_map = _one_map(packed) if self._block_major else None
+        self._weights_map = arena.map if arena else _one_map(packed) if self._block_major else None
         layers = (lib.Layer * a.layers)()
         for i, kind in enumerate(self.kinds):
             p = f"model.layers.{i}."
@@ -321,6 +325,40 @@ class NativeModel:
         """The all-gather a split forward calls (kept alive here)."""
         self._gather = gather
         self.struct.gather = gather
+
+
+class Arena:
+    """One zero-filled anonymous map that a GGUF's packed arrays are cut from as they are
+    packed, each from a 64-byte boundary (quant.pack_gguf's `into`), advised for 2 MB pages
+    (`huge`) before anything is written: each weight byte is written once, where it
+    stays.  (Packed into arrays of their own and then moved into one map, the weights
+    were written twice and the load held both: Qwen2.5-Coder-1.5B Q4_K_M peaked at 2.5
+    GB for its 1.07 GB of packed weights.)  Its size is an upper bound (_gguf_bound):
+    the pages past the last array are never touched, so they take no memory."""
+
+    def __init__(self, size: int, huge: bool) -> None:
+        self.map, _ = _anonymous(size)
+        if huge:
+            self.map.madvise(mmap.MADV_HUGEPAGE)
+        self.used = 0
+
+    def zeros(self, shape: tuple[int, int]) -> np.ndarray:
+        size = shape[0] * shape[1]
+        if self.used + size > len(self.map):
+            raise RuntimeError(f"the weights' arena of {len(self.map)} bytes is too small (a packed size bound is wrong)")
+        array = np.frombuffer(self.map, np.uint8, size, self.used).reshape(shape)
+        self.used = _round_up(self.used + size, 64)
+        return array
+
+
+def _gguf_bound(path: Path) -> int:
+    """The most bytes a GGUF's matrices take packed (quant.packed_bound), with room for one
+    more group each (a hybrid's q splits into two halves, each padded to whole groups)."""
+    from ..checkpoints.gguf_index import read_index
+
+    _, tensors = read_index(path)
+    return sum(quant.packed_bound(t.tensor_type, n, k) + quant.packed_bound(t.tensor_type, 16, k)
+               for t in tensors if len(t.shape) == 2 for k, n in [t.shape])
 
 
 def _one_map(packed: list[quant.Packed]) -> mmap.mmap:

@@ -145,18 +145,19 @@ def _planes(n: int, planes: list[np.ndarray], half: bool) -> tuple[int, np.ndarr
 
 
 def pack_q4a(n: int, k: int, qbytes: np.ndarray, d: np.ndarray, m: np.ndarray | None = None, half: bool = False,
-             qh: np.ndarray | None = None) -> Packed:
+             qh: np.ndarray | None = None, into=None) -> Packed:
     """Q4A from the row-major form: nibble bytes [n, k // 2], scales (no m: the fixed
     offset), fifth bits [n, k // 8]."""
     enc, s = _planes(n, [d] if m is None else [d, m], half)
     flags = enc | (HIGH if qh is not None else 0) | (0 if m is None else HAS_MIN)
-    return _b_group(FMT_Q4A, flags, n, k, qbytes, s, qh)
+    return _b_group(FMT_Q4A, flags, n, k, qbytes, s, qh, into)
 
 
-def pack_q8(n: int, k: int, flags: int, qvals: np.ndarray, scales: list[np.ndarray], half: bool = False) -> Packed:
+def pack_q8(n: int, k: int, flags: int, qvals: np.ndarray, scales: list[np.ndarray], half: bool = False,
+            into=None) -> Packed:
     """Q8 from the row-major form: int8 values [n, k] and scales."""
     enc, s = _planes(n, scales, half)
-    return _b_group(FMT_Q8, flags | enc, n, k, np.asarray(qvals).astype(np.int8, copy=False), s)
+    return _b_group(FMT_Q8, flags | enc, n, k, np.asarray(qvals).astype(np.int8, copy=False), s, into=into)
 
 
 B_BITS = {FMT_Q4A: 256, FMT_Q8: 512}  # bytes per group and block (Q4A with HIGH: + 64)
@@ -167,14 +168,15 @@ def _b_bits(fmt: int, flags: int) -> int:
 
 
 def _b_group(fmt: int, flags: int, n: int, k: int, q: np.ndarray, s: np.ndarray,
-             qh: np.ndarray | None = None) -> Packed:
+             qh: np.ndarray | None = None, into=None) -> Packed:
     """The grouped Q4A/Q8 layout (tf_kernels.h) from the row-major form, by the C packer."""
     from . import lib
 
     nb, groups = k // 32, -(-n // 16)
     q = np.ascontiguousarray(q).reshape(n, -1)
     qh = None if qh is None else np.ascontiguousarray(qh, dtype=np.uint8).reshape(n, nb * 4)
-    oq, os_ = _zeros64((groups, nb * _b_bits(fmt, flags))), _zeros64((groups, nb * s.shape[1] * 16 * s.itemsize))
+    oq = _zeros64((groups, nb * _b_bits(fmt, flags)), into)
+    os_ = _zeros64((groups, nb * s.shape[1] * 16 * s.itemsize), into)
     lib.load().tf_bpack(fmt, flags, n, k, q.ctypes.data, None if qh is None else qh.ctypes.data, s.ctypes.data,
                         oq.ctypes.data, os_.ctypes.data)
     return Packed(fmt, flags, n, k, oq, os_)
@@ -236,22 +238,25 @@ def _k_values(p: Packed) -> np.ndarray:
 K_RECORD = {FMT_K4: (1024, 128), FMT_K5: (1280, 128), FMT_K6: (1536, 176)}  # bytes per group and super-block
 
 
-def _zeros64(shape: tuple[int, int]) -> np.ndarray:
+def _zeros64(shape: tuple[int, int], into=None) -> np.ndarray:
     """Zeroed uint8 [shape] starting on a 64-byte boundary: the kernels load whole 64-byte
-    vectors, and one that straddles two cache lines costs two loads."""
+    vectors, and one that straddles two cache lines costs two loads.  `into`: an arena
+    (model.Arena) to cut it from, else a heap array of its own."""
+    if into is not None:
+        return into.zeros(shape)
     size = shape[0] * shape[1]
     buf = np.zeros(size + 64, np.uint8)
     start = -buf.ctypes.data % 64
     return buf[start:start + size].reshape(shape)
 
 
-def _k_group(fmt: int, blk: np.ndarray, n: int, k: int) -> Packed:
+def _k_group(fmt: int, blk: np.ndarray, n: int, k: int, into=None) -> Packed:
     """The grouped K layout (tf_kernels.h) of GGUF super-blocks [n, k // 256, bytes], by the C packer."""
     from . import lib
 
     nsb, (qb, mb) = k // 256, K_RECORD[fmt]
     groups = -(-n // 8)
-    q, s = _zeros64((groups, nsb * qb)), _zeros64((groups, nsb * mb))
+    q, s = _zeros64((groups, nsb * qb), into), _zeros64((groups, nsb * mb), into)
     lib.load().tf_kpack(fmt, np.ascontiguousarray(blk).ctypes.data, n, k, q.ctypes.data, s.ctypes.data)
     return Packed(fmt, 0, n, k, q, s)
 
@@ -281,8 +286,9 @@ def _k_scales_of(p: Packed) -> np.ndarray:
 # --------------------------------------------------------------------------- GGUF
 
 
-def pack_gguf(qtype, data: np.ndarray, n: int, k: int) -> Packed:
-    """Repack a 2-D GGUF tensor (as ``GGUFReader`` gives ``tensor.data``) losslessly."""
+def pack_gguf(qtype, data: np.ndarray, n: int, k: int, into=None) -> Packed:
+    """Repack a 2-D GGUF tensor (as ``GGUFReader`` gives ``tensor.data``) losslessly; its
+    arrays cut from the arena `into` (model.Arena) when given."""
     try:
         qt = QT(qtype)
     except ValueError:
@@ -298,7 +304,7 @@ def pack_gguf(qtype, data: np.ndarray, n: int, k: int) -> Packed:
             w = np.asarray(data, _F32)
         if w.size != n * k:
             raise ValueError(f"{qt.name} data has {w.size} elements, expected {n}x{k}")
-        return quantize_float(w.reshape(n, k), DEFAULT_FLOAT_KIND)
+        return quantize_float(w.reshape(n, k), DEFAULT_FLOAT_KIND, into)
 
     handler = _GGUF_HANDLERS.get(qt)
     if handler is None:
@@ -309,28 +315,29 @@ def pack_gguf(qtype, data: np.ndarray, n: int, k: int) -> Packed:
     raw = np.ascontiguousarray(data).view(np.uint8)
     if raw.size != n * (k // bs) * ts:
         raise ValueError(f"{qt.name} data has {raw.size} bytes, expected {n * (k // bs) * ts} for {n}x{k}")
-    return handler(raw.reshape(n, k // bs, ts), n, k)
+    return handler(raw.reshape(n, k // bs, ts), n, k, into)
 
 
-def _from_q4_0(blk, n, k):  # block: fp16 d, 16 bytes nibbles (already the Q4A order)
-    return pack_q4a(n, k, blk[..., 2:], _f16(blk[..., 0:2]), half=True)
+def _from_q4_0(blk, n, k, into):  # block: fp16 d, 16 bytes nibbles (already the Q4A order)
+    return pack_q4a(n, k, blk[..., 2:], _f16(blk[..., 0:2]), half=True, into=into)
 
 
-def _from_q4_1(blk, n, k):  # block: fp16 d, fp16 m, 16 bytes nibbles
-    return pack_q4a(n, k, blk[..., 4:], _f16(blk[..., 0:2]), _f16(blk[..., 2:4]), half=True)
+def _from_q4_1(blk, n, k, into):  # block: fp16 d, fp16 m, 16 bytes nibbles
+    return pack_q4a(n, k, blk[..., 4:], _f16(blk[..., 0:2]), _f16(blk[..., 2:4]), half=True, into=into)
 
 
-def _from_q5_0(blk, n, k):  # block: fp16 d, 4 bytes qh, 16 nibble bytes; value = d * (q - 16)
+def _from_q5_0(blk, n, k, into):  # block: fp16 d, 4 bytes qh, 16 nibble bytes; value = d * (q - 16)
     # qh is a little-endian uint32 whose bit e is bit 4 of element e: already the HIGH layout
-    return pack_q4a(n, k, blk[..., 6:22], _f16(blk[..., 0:2]), half=True, qh=blk[..., 2:6])
+    return pack_q4a(n, k, blk[..., 6:22], _f16(blk[..., 0:2]), half=True, qh=blk[..., 2:6], into=into)
 
 
-def _from_q5_1(blk, n, k):  # block: fp16 d, fp16 m, 4 bytes qh, 16 nibble bytes; value = d * q + m
-    return pack_q4a(n, k, blk[..., 8:24], _f16(blk[..., 0:2]), _f16(blk[..., 2:4]), half=True, qh=blk[..., 4:8])
+def _from_q5_1(blk, n, k, into):  # block: fp16 d, fp16 m, 4 bytes qh, 16 nibble bytes; value = d * q + m
+    return pack_q4a(n, k, blk[..., 8:24], _f16(blk[..., 0:2]), _f16(blk[..., 2:4]), half=True, qh=blk[..., 4:8],
+                    into=into)
 
 
-def _from_q8_0(blk, n, k):  # block: fp16 d, 32 int8
-    return pack_q8(n, k, 0, blk[..., 2:].view(np.int8), [_f16(blk[..., 0:2])], half=True)
+def _from_q8_0(blk, n, k, into):  # block: fp16 d, 32 int8
+    return pack_q8(n, k, 0, blk[..., 2:].view(np.int8), [_f16(blk[..., 0:2])], half=True, into=into)
 
 
 _GGUF_HANDLERS = {
@@ -339,17 +346,33 @@ _GGUF_HANDLERS = {
     QT.Q4_0: _from_q4_0,
     QT.Q4_1: _from_q4_1,
     QT.Q8_0: _from_q8_0,
-    QT.Q4_K: lambda blk, n, k: _k_group(FMT_K4, blk, n, k),
-    QT.Q5_K: lambda blk, n, k: _k_group(FMT_K5, blk, n, k),
-    QT.Q6_K: lambda blk, n, k: _k_group(FMT_K6, blk, n, k),
+    QT.Q4_K: lambda blk, n, k, into: _k_group(FMT_K4, blk, n, k, into),
+    QT.Q5_K: lambda blk, n, k, into: _k_group(FMT_K5, blk, n, k, into),
+    QT.Q6_K: lambda blk, n, k, into: _k_group(FMT_K6, blk, n, k, into),
 }
+# the layout (format, flags) pack_gguf gives each type, Q4A/Q8 scales as float32 (the
+# wider encoding, taken where a scale is NaN); float types are quantized to q8_0
+_GGUF_LAYOUT = {QT.Q4_0: (FMT_Q4A, 0), QT.Q4_1: (FMT_Q4A, HAS_MIN), QT.Q5_0: (FMT_Q4A, HIGH),
+                QT.Q5_1: (FMT_Q4A, HIGH | HAS_MIN), QT.Q8_0: (FMT_Q8, 0), QT.Q4_K: (FMT_K4, 0),
+                QT.Q5_K: (FMT_K5, 0), QT.Q6_K: (FMT_K6, 0)}
+
+
+def packed_bound(qtype, n: int, k: int) -> int:
+    """The most bytes pack_gguf's two arrays take for an [n, k] tensor of `qtype`, each from
+    a 64-byte boundary (the size of an arena (model.Arena) that a GGUF's weights fill)."""
+    fmt, flags = _GGUF_LAYOUT.get(QT(qtype), (FMT_Q8, 0))
+    if fmt in K_FORMATS:
+        return -(-n // 8) * (k // 256) * sum(K_RECORD[fmt]) + 128
+    planes = 2 if flags & HAS_MIN else 1
+    return -(-n // 16) * (k // 32) * (_b_bits(fmt, flags) + planes * 16 * 4) + 128
 
 
 # --------------------------------------------------------------------------- floats
 
 
-def quantize_float(w: np.ndarray, kind: str) -> Packed:
-    """Quantize float32 weights [n, k] to ``kind`` in {"q8_0", "q4_0", "bf16"}."""
+def quantize_float(w: np.ndarray, kind: str, into=None) -> Packed:
+    """Quantize float32 weights [n, k] to ``kind`` in {"q8_0", "q4_0", "bf16"} (the 8- and
+    4-bit arrays cut from the arena `into` when given)."""
     if kind not in FLOAT_KINDS:
         raise ValueError(f"unknown float kind {kind!r}; expected one of {FLOAT_KINDS}")
     w = np.ascontiguousarray(w, dtype=_F32)
@@ -369,14 +392,14 @@ def quantize_float(w: np.ndarray, kind: str) -> Packed:
             d = np.abs(b).max(axis=-1) / _F32(127)
             inv = np.where(d == 0, _F32(0), _F32(1) / d).astype(_F32)
             q = np.clip(np.rint(b * inv[..., None]), -127, 127).astype(np.int8)
-            return pack_q8(n, k, 0, q, [d])
+            return pack_q8(n, k, 0, q, [d], into=into)
         # q4_0
         imax = np.abs(b).argmax(axis=-1)[..., None]
         vmax = np.take_along_axis(b, imax, axis=-1)[..., 0]
         d = vmax / _F32(-8)
         inv = np.where(d == 0, _F32(0), _F32(1) / d).astype(_F32)
         q = np.clip(np.floor(b * inv[..., None] + _F32(8.5)), 0, 15).astype(np.uint8)
-        return pack_q4a(n, k, _nibbles_to_q4a(q), d)
+        return pack_q4a(n, k, _nibbles_to_q4a(q), d, into=into)
 
 
 # --------------------------------------------------------------------------- reference
