@@ -331,9 +331,9 @@ class Arena:
     """One zero-filled anonymous map that a GGUF's packed arrays are cut from as they are
     packed, each from a 64-byte boundary (quant.pack_gguf's `into`), advised for 2 MB pages
     (`huge`) before anything is written: each weight byte is written once, where it
-    stays.  (Packed into arrays of their own and then moved into one map, the weights
-    were written twice and the load held both: Qwen2.5-Coder-1.5B Q4_K_M peaked at 2.5
-    GB for its 1.07 GB of packed weights.)  Its size is an upper bound (_gguf_bound):
+    stays.  (Packed into arrays of their own and then moved into one map, every byte
+    went into two sets of fresh pages, and clearing them was most of Qwen2.5-Coder-1.5B's
+    load on a 2-core VM: docs/benchmarks.md.)  Its size is an upper bound (_gguf_bound):
     the pages past the last array are never touched, so they take no memory."""
 
     def __init__(self, size: int, huge: bool) -> None:
