@@ -278,16 +278,18 @@ def _dequantized(tensor: Any) -> np.ndarray:
     return _dequantize(tensor.data, tensor.tensor_type, tensor.name, tuple(int(d) for d in reversed(tensor.shape)))
 
 
-def iter_gguf_weights(gguf_path: str | Path) -> Iterator[tuple[str, Any, np.ndarray, tuple[int, ...]]]:
+def iter_gguf_weights(gguf_path: str | Path, index: tuple[dict[str, Any], list[Any]] | None = None
+                      ) -> Iterator[tuple[str, Any, np.ndarray, tuple[int, ...]]]:
     """Yield ``(hf_name, ggml_type, data, shape)`` for every weight of the GGUF, as stored.
 
     ``data`` is what ``gguf.GGUFReader`` would map (read by gguf_index): raw ggml blocks (uint8, one row
     of blocks per output row) for quantized types, floats otherwise; ``shape``
     is the torch shape.  llama's q/k rows are put back in Hugging Face order
-    (rows are independent, so this works on raw blocks too)."""
+    (rows are independent, so this works on raw blocks too).  `index`: the file's
+    gguf_index.read_index, where the caller has read it already."""
     from .gguf_index import read_index
 
-    meta, tensors = read_index(gguf_path)
+    meta, tensors = index or read_index(gguf_path)
     arch = str(meta.get("general.architecture", ""))
     for tensor in tensors:
         name = hf_tensor_name(tensor.name)

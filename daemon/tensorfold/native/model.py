@@ -38,15 +38,19 @@ _DELTANET = {"q": "linear_attn.in_proj_qkv", "z": "linear_attn.in_proj_z", "b": 
              "a": "linear_attn.in_proj_a", "o": "linear_attn.out_proj", **_MLP}
 
 
-def _load_gguf(path: Path, args: ModelArgs, hybrid: HybridArgs | None,
-               into: Arena | None) -> dict[str, quant.Packed | np.ndarray]:
-    """A GGUF's weights, repacked (into the arena `into` when given); a hybrid's conv kept
-    fp32 and each attention q split into its queries and their gates (rows are
-    independent, so the raw blocks split as they are)."""
+def _load_gguf(path: Path, args: ModelArgs, hybrid: HybridArgs | None, whole: bool,
+               huge: bool) -> tuple[dict[str, quant.Packed | np.ndarray], Arena | None]:
+    """A GGUF's weights, repacked; a hybrid's conv kept fp32 and each attention q split
+    into its queries and their gates (rows are independent, so the raw blocks split as
+    they are).  `whole` (no rank's part cut out after): packed into an arena (advised for
+    2 MB pages where `huge`), returned with them."""
     from ..checkpoints.gguf_convert import iter_gguf_weights
+    from ..checkpoints.gguf_index import read_index
 
+    index = read_index(path)
+    into = Arena(_gguf_bound(index[1]), huge) if whole else None
     out: dict[str, quant.Packed | np.ndarray] = {}
-    for name, qtype, data, shape in iter_gguf_weights(path):
+    for name, qtype, data, shape in iter_gguf_weights(path, index):
         if len(shape) == 1 or name.endswith("linear_attn.conv1d.weight"):
             out[name] = np.ascontiguousarray(np.asarray(data, dtype=np.float32).reshape(-1))
             continue
@@ -60,7 +64,7 @@ def _load_gguf(path: Path, args: ModelArgs, hybrid: HybridArgs | None,
                 out[part] = quant.pack_gguf(qtype, raw, *dims, into=into)
             except ValueError as exc:
                 raise CheckpointError(f"{path.name}: {part}: {exc}") from None
-    return out
+    return out, into
 
 
 def _load_safetensors(folder: Path, kind: str, args: ModelArgs, hybrid: HybridArgs | None
@@ -98,8 +102,8 @@ class NativeModel:
         # where Linux gives 2 MB pages: the weights in one map, the KV block by block (allocate_kv)
         self._block_major = _huge_pages()
         # a whole GGUF's weights are packed where they stay (a rank's part is cut out after)
-        arena = Arena(_gguf_bound(source), self._block_major) if source and shard is None else None
-        w = _load_gguf(source, args, hybrid, arena) if source else _load_safetensors(folder, weights, args, hybrid)
+        w, arena = _load_gguf(source, args, hybrid, shard is None, self._block_major) if source else \
+            (_load_safetensors(folder, weights, args, hybrid), None)
         self.args = args
         self.kinds = hybrid.kinds if hybrid else (ATTENTION,) * args.layers
         self.shard = shard
@@ -351,12 +355,10 @@ class Arena:
         return array
 
 
-def _gguf_bound(path: Path) -> int:
-    """The most bytes a GGUF's matrices take packed (quant.packed_bound), with room for one
-    more group each (a hybrid's q splits into two halves, each padded to whole groups)."""
-    from ..checkpoints.gguf_index import read_index
-
-    _, tensors = read_index(path)
+def _gguf_bound(tensors: list) -> int:
+    """The most bytes a GGUF's matrices (its gguf_index tensors) take packed
+    (quant.packed_bound), with room for one more group each (a hybrid's q splits into two
+    halves, each padded to whole groups)."""
     return sum(quant.packed_bound(t.tensor_type, n, k) + quant.packed_bound(t.tensor_type, 16, k)
                for t in tensors if len(t.shape) == 2 for k, n in [t.shape])
 

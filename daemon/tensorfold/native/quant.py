@@ -167,16 +167,23 @@ def _b_bits(fmt: int, flags: int) -> int:
     return B_BITS[fmt] + (64 if flags & HIGH else 0)
 
 
+def _b_shapes(fmt: int, flags: int, n: int, k: int, scale_bytes: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The grouped Q4A/Q8 arrays' shapes (bits, scales), `scale_bytes` a block's scales
+    of one output (planes x encoding size)."""
+    groups, nb = -(-n // 16), k // 32
+    return (groups, nb * _b_bits(fmt, flags)), (groups, nb * scale_bytes * 16)
+
+
 def _b_group(fmt: int, flags: int, n: int, k: int, q: np.ndarray, s: np.ndarray,
              qh: np.ndarray | None = None, into=None) -> Packed:
     """The grouped Q4A/Q8 layout (tf_kernels.h) from the row-major form, by the C packer."""
     from . import lib
 
-    nb, groups = k // 32, -(-n // 16)
+    nb = k // 32
     q = np.ascontiguousarray(q).reshape(n, -1)
     qh = None if qh is None else np.ascontiguousarray(qh, dtype=np.uint8).reshape(n, nb * 4)
-    oq = _zeros64((groups, nb * _b_bits(fmt, flags)), into)
-    os_ = _zeros64((groups, nb * s.shape[1] * 16 * s.itemsize), into)
+    q_shape, s_shape = _b_shapes(fmt, flags, n, k, s.shape[1] * s.itemsize)
+    oq, os_ = _zeros64(q_shape, into), _zeros64(s_shape, into)
     lib.load().tf_bpack(fmt, flags, n, k, q.ctypes.data, None if qh is None else qh.ctypes.data, s.ctypes.data,
                         oq.ctypes.data, os_.ctypes.data)
     return Packed(fmt, flags, n, k, oq, os_)
@@ -238,6 +245,12 @@ def _k_values(p: Packed) -> np.ndarray:
 K_RECORD = {FMT_K4: (1024, 128), FMT_K5: (1280, 128), FMT_K6: (1536, 176)}  # bytes per group and super-block
 
 
+def _k_shapes(fmt: int, n: int, k: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The grouped K arrays' shapes (bits, scales)."""
+    groups, nsb, (qb, mb) = -(-n // 8), k // 256, K_RECORD[fmt]
+    return (groups, nsb * qb), (groups, nsb * mb)
+
+
 def _zeros64(shape: tuple[int, int], into=None) -> np.ndarray:
     """Zeroed uint8 [shape] starting on a 64-byte boundary: the kernels load whole 64-byte
     vectors, and one that straddles two cache lines costs two loads.  `into`: an arena
@@ -254,9 +267,8 @@ def _k_group(fmt: int, blk: np.ndarray, n: int, k: int, into=None) -> Packed:
     """The grouped K layout (tf_kernels.h) of GGUF super-blocks [n, k // 256, bytes], by the C packer."""
     from . import lib
 
-    nsb, (qb, mb) = k // 256, K_RECORD[fmt]
-    groups = -(-n // 8)
-    q, s = _zeros64((groups, nsb * qb), into), _zeros64((groups, nsb * mb), into)
+    q_shape, s_shape = _k_shapes(fmt, n, k)
+    q, s = _zeros64(q_shape, into), _zeros64(s_shape, into)
     lib.load().tf_kpack(fmt, np.ascontiguousarray(blk).ctypes.data, n, k, q.ctypes.data, s.ctypes.data)
     return Packed(fmt, 0, n, k, q, s)
 
@@ -361,10 +373,9 @@ def packed_bound(qtype, n: int, k: int) -> int:
     """The most bytes pack_gguf's two arrays take for an [n, k] tensor of `qtype`, each from
     a 64-byte boundary (the size of an arena (model.Arena) that a GGUF's weights fill)."""
     fmt, flags = _GGUF_LAYOUT.get(QT(qtype), (FMT_Q8, 0))
-    if fmt in K_FORMATS:
-        return -(-n // 8) * (k // 256) * sum(K_RECORD[fmt]) + 128
-    planes = 2 if flags & HAS_MIN else 1
-    return -(-n // 16) * (k // 32) * (_b_bits(fmt, flags) + planes * 16 * 4) + 128
+    shapes = _k_shapes(fmt, n, k) if fmt in K_FORMATS else \
+        _b_shapes(fmt, flags, n, k, (2 if flags & HAS_MIN else 1) * 4)
+    return sum(rows * cols + 64 for rows, cols in shapes)
 
 
 # --------------------------------------------------------------------------- floats
