@@ -196,7 +196,7 @@ int main(void) {
         for (int d = 64; d <= 128; d += 64)
             for (int B = 16; B <= 32; B += 16) {
                 check_attend(d, B, i8, 3, 9);               /* three query heads a kv head */
-                check_attend(d, B, i8, 2, 12);              /* six (Qwen2.5-1.5B): AVX-512 in two passes of three */
+                check_attend(d, B, i8, 2, 12);              /* six (Qwen2.5-1.5B): AVX-512 scores in two passes, values in one */
                 check_attend(d, B, i8, 2, 14);              /* seven (Qwen2.5-0.5B): the wide AVX2 form */
                 check_attend(d, B, i8, 2, 16);              /* eight: four and four */
             }

@@ -624,12 +624,18 @@ TF_ATTEND_AVX2(attend_avx2, 16, QK_AVX2, 3)
 #define QKW_AVX2(GN) qkw_avx2(GN, d, q + g0 * d, kb + j, i8_, B, s + (int64_t)g0 * Lp + j0 + j, Lp, \
                               g0 ? 0 : (const char *)pfk, g0 ? 0 : (const char *)pfv)
 TF_ATTEND_AVX2(attendw_avx2, 8, QKW_AVX2, 7)
+/* AVX-512: the values take up to six query heads a pass (24 of the 32 registers hold
+ * their sums), so a kv head of six (Qwen2.5-Coder-1.5B) widens each value once, not
+ * twice, and one of seven (the 0.5B) twice, not three times: 8 rows of 560 positions in
+ * cache, 1 thread, the two builds alternated: the 1.5B's 28 layers 8.96-9.07 -> 8.62-8.67
+ * ms.  The scores keep three (a wide form of them, qkw_avx2's on 16 keys, measured no
+ * faster). */
 #define QK_AVX512(GN) QK_KEYS(v16f, 16, h16, fma16, bcast16, store16, GN)
 #define PV_AVX512(GN) PV_ROWS(v16f, 16, h16, fma16, bcast16, load16, store16, GN, 4)
-TF_ATTEND(attend_avx512, TF_AVX512, 16, QK_AVX512, 3, PV_AVX512, 3, 0, 0, uint16_t, 0, 1)
+TF_ATTEND(attend_avx512, TF_AVX512, 16, QK_AVX512, 3, PV_AVX512, 6, 0, 0, uint16_t, 0, 1)
 #define QK_AVX512_I8(GN) QK_KEYS(v16f, 16, b16, fma16, bcast16, store16, GN)
 #define PV_AVX512_I8(GN) PV_ROWS(v16f, 16, b16, fma16, bcast16, load16, store16, GN, 4)
-TF_ATTEND(attend_avx512_i8, TF_AVX512, 16, QK_AVX512_I8, 3, PV_AVX512_I8, 3, 0, 0, int8_t, 1, 1)
+TF_ATTEND(attend_avx512_i8, TF_AVX512, 16, QK_AVX512_I8, 3, PV_AVX512_I8, 6, 0, 0, int8_t, 1, 1)
 #endif
 #ifdef TF_NEON
 /* NEON: qk_avx2 and pv_avx2's chains as pairs of four-lane registers (the generic forms
