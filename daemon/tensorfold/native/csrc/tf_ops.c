@@ -627,9 +627,9 @@ TF_ATTEND_AVX2(attendw_avx2, 8, QKW_AVX2, 7)
 /* AVX-512: the values take up to six query heads a pass (24 of the 32 registers hold
  * their sums), so a kv head of six (Qwen2.5-Coder-1.5B) widens each value once, not
  * twice, and one of seven (the 0.5B) twice, not three times: 8 rows of 560 positions in
- * cache, 1 thread, the two builds alternated: the 1.5B's 28 layers 8.96-9.07 -> 8.62-8.67
- * ms.  The scores keep three (a wide form of them, qkw_avx2's on 16 keys, measured no
- * faster). */
+ * cache, 1 thread, the two builds alternated: the 1.5B's 28 layers 8.96-9.07 -> 8.60-8.69
+ * ms (the int8 form takes the same count, untimed).  The scores keep three (a wide form
+ * of them, qkw_avx2's on 16 keys, measured no faster). */
 #define QK_AVX512(GN) QK_KEYS(v16f, 16, h16, fma16, bcast16, store16, GN)
 #define PV_AVX512(GN) PV_ROWS(v16f, 16, h16, fma16, bcast16, load16, store16, GN, 4)
 TF_ATTEND(attend_avx512, TF_AVX512, 16, QK_AVX512, 3, PV_AVX512, 6, 0, 0, uint16_t, 0, 1)
