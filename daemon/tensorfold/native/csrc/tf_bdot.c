@@ -119,11 +119,15 @@ static void brows_ref(const tf_weight *w, int n0, int n1, const tf_acts *a, floa
  * block, so bits asked for 2 KB on came in late: it also asks for the bits BFAR on, into
  * L2 (Qwen2.5-Coder-0.5B's Q8_0 head, 151936 x 896, 8 rows, 1 thread: 8.27-8.75 ms,
  * 6.81-6.86 with 6 KB, 6.59-6.65 with 12; its 8-row step 34.7-36.9 -> 32.5-32.7 ms, and
- * 32.5-33.0 with 24 KB; 1 KB more or less for the L1 distance of these tiles was slower). */
+ * 32.5-33.0 with 24 KB; 1 KB more or less for the L1 distance of these tiles was slower).
+ * Smaller tiles ask for theirs BNEAR on, into L2: a Q8_0 record is 512 bytes, so 2 KB
+ * is four records (tf_linear alone, 1 row, alternated in one process: the 0.5B's head
+ * 6.0 -> 5.2 ms on one thread, 4.5-5.2 -> 4.1 on two; SmolLM2's, 49152 x 576, 1.81 ->
+ * 1.48 and 1.13-1.24 -> 1.10; 4 to 8 KB alike, 16 slower; Q4_1 unchanged). */
 #ifndef TF_BDIST
 #define TF_BDIST 2048
 #endif
-enum { BFAR = 12288, BFAR_ROWS = 4 };
+enum { BFAR = 12288, BFAR_ROWS = 4, BNEAR = 4096 };
 #define BLOCK_WALK(w, g, a, r0, k, nb, Q4, HIGH, MIN)                                                \
     const int fmt = Q4 ? TF_Q4A : TF_Q8, flags = (w)->flags;                                        \
     const int QB = Q4 ? (HIGH ? BQ5 : BQ4) : BQ8, SB = (MIN ? 2 : 1) * BG * bscale_bytes(flags);    \
@@ -139,7 +143,7 @@ enum { BFAR = 12288, BFAR_ROWS = 4 };
     do {                                                                                            \
         if (ahead) {                                                                                \
             prefetch_span((rec) + TF_BDIST, QB);                                                    \
-            if (RT >= BFAR_ROWS) prefetch_span_l2((rec) + BFAR, QB);                                \
+            prefetch_span_l2((rec) + (RT >= BFAR_ROWS ? BFAR : BNEAR), QB);                         \
             prefetch_span((meta) + meta_ahead, SB);                                                 \
         }                                                                                           \
         TF_AHEAD_STEP();                  /* the next layer's KV (tf_ahead.h, TF_AHEAD_TAKE) */   \

@@ -298,19 +298,23 @@ TF_AVX2 TF_INLINE void kscales8(int F, int M6, const kcodes *kc, __m256 *dv, __m
  * one burst.  A tile of up to KFAR_ROWS rows waits on memory, not on its arithmetic:
  * its bits go to L2 KFAR records on, as a core keeps more L2 misses in flight than L1
  * ones (Qwen2.5-Coder-1.5B Q4_K_M on a Zen 4 core, 1 row: 50.7-50.8 ms a step with L1
- * two on, 46.4-48.8 now; 2 rows 59 -> 50; 4 rows 73 -> 65).  An 8-row VNNI tile is
+ * two on, 46.4-48.8 now; 2 rows 59 -> 50; 4 rows 73 -> 65).  A Q6_K record, more
+ * arithmetic a byte on one row, goes KFAR6 records on (tf_linear alone, 1 row, builds
+ * alternated in one process: the 1.5B's Q6_K head 11.9 -> 9.4 ms on one thread, 8.0 ->
+ * 6.2 on two; 8960 x 1536 0.61 -> 0.53; 10 to 32 on alike; Q4_K records stay six on,
+ * 16 on slowed them 7%).  An 8-row VNNI tile is
  * bound by its arithmetic and takes its bits into L1 KNEAR records on (L2 six on: the
  * 0.5B's 8-row step 3-4% slower); it also takes them into L2 KFAR8 records on (the
  * 1.5B's Q6_K head, 151936 x 1536, 8 rows: 13.2-14.9 ms -> 12.6; its 8-row step
  * 100.3-101.3 -> 98.3-99.4 ms, and 98.7-99.9 with 8 on).  (Before these, the same
  * super-block four groups on in one burst: the 0.5B's 8-row step took 45-46 ms; 42 with
  * L1 two on.) */
-enum { KNEAR = 2, KFAR = 6, KFAR_ROWS = 4, KFAR8 = 16 };
+enum { KNEAR = 2, KFAR = 6, KFAR6 = 16, KFAR_ROWS = 4, KFAR8 = 16 };
 static inline int kfar(int RT) { return RT <= KFAR_ROWS; }
 TF_AVX2 TF_INLINE const uint8_t *krecord(const tf_weight *w, int64_t g, int64_t j, int ahead, int RT,
                                          const uint8_t **pf) {
     const uint8_t *q = kbits(w, g, j);
-    int on = kfar(RT) ? KFAR : KNEAR;
+    int on = !kfar(RT) ? KNEAR : w->fmt == TF_K6 ? KFAR6 : KFAR;
     *pf = NULL;
     if (ahead) {
         *pf = q + on * bits_bytes(w->fmt);
