@@ -311,14 +311,14 @@ TF_AVX2 TF_INLINE void kscales8(int F, int M6, const kcodes *kc, __m256 *dv, __m
  * L1 two on.) */
 enum { KNEAR = 2, KFAR = 6, KFAR6 = 16, KFAR_ROWS = 4, KFAR8 = 16 };
 static inline int kfar(int RT) { return RT <= KFAR_ROWS; }
-TF_AVX2 TF_INLINE const uint8_t *krecord(const tf_weight *w, int64_t g, int64_t j, int ahead, int RT,
+TF_AVX2 TF_INLINE const uint8_t *krecord(const tf_weight *w, int64_t g, int64_t j, int ahead, int RT, int F,
                                          const uint8_t **pf) {
     const uint8_t *q = kbits(w, g, j);
-    int on = !kfar(RT) ? KNEAR : w->fmt == TF_K6 ? KFAR6 : KFAR;
+    int on = !kfar(RT) ? KNEAR : F == TF_K6 ? KFAR6 : KFAR;
     *pf = NULL;
     if (ahead) {
-        *pf = q + on * bits_bytes(w->fmt);
-        prefetch_span(kmeta(w, g, j) + on * meta_bytes(w->fmt), meta_bytes(w->fmt));
+        *pf = q + on * bits_bytes(F);
+        prefetch_span(kmeta(w, g, j) + on * meta_bytes(F), meta_bytes(F));
     }
     return q;
 }
@@ -472,7 +472,7 @@ ATTR TF_INLINE void NAME(const tf_weight *w, int64_t g, const tf_acts *a, int r0
     for (int64_t j = 0; j < nsb; j++) {                                                             \
         kcodes kc = kcodes_of(F, UPFRONT, kmeta(w, g, j));                                          \
         __m256i I[8], pairs[8];                                                                     \
-        const uint8_t *pf, *q = krecord(w, g, j, ahead, RT, &pf);                                   \
+        const uint8_t *pf, *q = krecord(w, g, j, ahead, RT, F, &pf);                                \
         TF_AHEAD_STEP();                                                                            \
         TOTALS(F, q, pf, &kc, a->qk + (int64_t)r0 * k + j * 256,                                   \
                F == TF_K6 ? a->qku + (int64_t)r0 * k + j * 256 : NULL, k, RT, I);                  \
