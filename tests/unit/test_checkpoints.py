@@ -219,6 +219,40 @@ def test_converted_tokenizer_and_chat_template(converted: dict) -> None:
         tok.render_chat([{"role": "bad", "content": "x"}])
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_tokenizer_without_model_config_is_transformers_own(converted: dict, arch: str) -> None:
+    """Where tokenizer_config.json names the class, the tokenizer loads without the model's
+    config class (_declared_class_config) and is the one AutoTokenizer builds from the full
+    config: the same class, ids, special tokens and template."""
+    from transformers import AutoTokenizer
+
+    from tensorfold.checkpoints.tokenizer import Tokenizer, _declared_class_config
+
+    folder, _ = converted[arch]
+    assert _declared_class_config(folder)["config"].model_type == arch
+    ours, full = Tokenizer(folder).hf, AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    assert type(ours) is type(full)
+    text = " the<|im_end|> 7 12\n\tcafé"
+    assert ours.encode(text) == full.encode(text) and ours.get_vocab() == full.get_vocab()
+    assert (ours.bos_token_id, ours.eos_token_id, ours.all_special_ids) == \
+        (full.bos_token_id, full.eos_token_id, full.all_special_ids)
+    chat = [{"role": "user", "content": "hi"}]
+    assert ours.apply_chat_template(chat, tokenize=False) == full.apply_chat_template(chat, tokenize=False)
+
+
+def test_tokenizer_config_needs_the_model_config(tmp_path: Path) -> None:
+    """No declared class, or remote code: AutoTokenizer reads the full config ({})."""
+    from tensorfold.checkpoints.tokenizer import _declared_class_config
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert _declared_class_config(tmp_path) == {}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>"}))
+    assert _declared_class_config(tmp_path) == {}
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "X", "auto_map": {"AutoTokenizer": ["a.X", None]}}))
+    assert _declared_class_config(tmp_path) == {}
+
+
 def test_llama3_rope_freqs_become_rope_scaling() -> None:
     import math
 
