@@ -229,7 +229,8 @@ def test_tokenizer_without_model_config_is_transformers_own(converted: dict, arc
     from tensorfold.checkpoints.tokenizer import Tokenizer, _declared_class_config
 
     folder, _ = converted[arch]
-    assert _declared_class_config(folder)["config"].model_type == arch
+    config = json.loads((folder / "config.json").read_text())
+    assert _declared_class_config(folder, config)["config"].model_type == arch
     ours, full = Tokenizer(folder).hf, AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     assert type(ours) is type(full)
     text = " the<|im_end|> 7 12\n\tcafé"
@@ -244,13 +245,13 @@ def test_tokenizer_config_needs_the_model_config(tmp_path: Path) -> None:
     """No declared class, or remote code: AutoTokenizer reads the full config ({})."""
     from tensorfold.checkpoints.tokenizer import _declared_class_config
 
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    assert _declared_class_config(tmp_path) == {}
+    config = {"model_type": "llama"}
+    assert _declared_class_config(tmp_path, config) == {}
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>"}))
-    assert _declared_class_config(tmp_path) == {}
+    assert _declared_class_config(tmp_path, config) == {}
     (tmp_path / "tokenizer_config.json").write_text(
         json.dumps({"tokenizer_class": "X", "auto_map": {"AutoTokenizer": ["a.X", None]}}))
-    assert _declared_class_config(tmp_path) == {}
+    assert _declared_class_config(tmp_path, config) == {}
 
 
 def test_llama3_rope_freqs_become_rope_scaling() -> None:

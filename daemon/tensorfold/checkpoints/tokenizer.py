@@ -44,15 +44,16 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _declared_class_config(folder: Path) -> dict[str, Any]:
+def _declared_class_config(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
     """AutoTokenizer's `config` argument where tokenizer_config.json names the class (and no
-    remote code): the model type and folder, all it reads of the model's config then, so it
-    does not build the model's config class (for Llama, that imports transformers' model
-    loading, torch.distributed and sympy: 49 MiB and 0.9 s on SmolLM2).  {} otherwise."""
+    remote code): the model type (of `config`, the folder's config.json) and the folder, all
+    it reads of the model's config then, so it does not build the model's config class (for
+    Llama, that imports transformers' model loading, torch.distributed and sympy: 49 MiB and
+    0.9 s on SmolLM2).  {} otherwise."""
     declared = _read_json(folder / "tokenizer_config.json")
     if not isinstance(declared.get("tokenizer_class"), str) or "auto_map" in declared:
         return {}
-    model_type = _read_json(folder / "config.json").get("model_type")
+    model_type = config.get("model_type")
     return {"config": SimpleNamespace(model_type=model_type if isinstance(model_type, str) else None,
                                       _name_or_path=str(folder))}
 
@@ -64,14 +65,15 @@ class Tokenizer:
         from transformers import AutoTokenizer
 
         self.folder = Path(folder)
+        config = _read_json(self.folder / "config.json")
         try:
             self.hf: Any = AutoTokenizer.from_pretrained(str(self.folder), local_files_only=True,
-                                                         **_declared_class_config(self.folder))
+                                                         **_declared_class_config(self.folder, config))
         except Exception as exc:
             raise CheckpointError(f"could not load the tokenizer from {self.folder}: {exc}") from exc
         eos = _ids(self.hf.eos_token_id)
         eos |= _ids(_read_json(self.folder / "generation_config.json").get("eos_token_id"))
-        eos |= _ids(_read_json(self.folder / "config.json").get("eos_token_id"))
+        eos |= _ids(config.get("eos_token_id"))
         self.eos_token_ids: frozenset[int] = frozenset(eos)
         bos = self.hf.bos_token_id
         self.bos_token_id: int | None = int(bos) if isinstance(bos, int) else None

@@ -407,6 +407,13 @@ TF_VNNI TF_INLINE __m512i kpair_codes(const kcodes *kc, int b) {
 TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *pf, const kcodes *kc, const int8_t *xq,
                                     const uint8_t *xu, int64_t k, int RT, __m256i *I) {
     const int KPAIR = F == TF_K4 && RT > 1;
+    /* K6 on more than four rows (K6PIN): each block loads its vectors anew, and each row's
+     * total takes its block's product at once and stays in a register.  Else GCC keeps
+     * blocks' value vectors for later blocks and defers products, and spills eight totals
+     * to the stack (52 zmm spill accesses a super-block; 8 rows, one thread, builds
+     * alternated: the 1.5B's Q6_K head 12.82 -> 12.26 ms, 8960 x 1536 0.773 -> 0.743,
+     * 1536 x 8960 0.791 -> 0.759). */
+    const int K6PIN = F == TF_K6 && RT > 4;
     __m512i tot[8], s[8], se[8];    /* se: KPAIR's even block sums */
     const int8_t *xr[8];            /* each row's bytes of the super-block, opaque to GCC: else it
                                        keeps 256 row-and-offset sums on the stack, a load and an add
@@ -417,13 +424,7 @@ TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *pf, 
         __asm__("" : "+r"(xr[r]));
     }
     _Pragma("GCC unroll 8") for (int b = 0; b < 8; b++) {
-        /* K6 on more than four rows: each block loads its vectors anew, and each row's total
-         * takes its block's product at once and stays in a register (below).  Else GCC keeps
-         * blocks' value vectors for later blocks and defers products, and spills eight
-         * totals to the stack (52 zmm spill accesses a super-block; 8 rows, one thread,
-         * builds alternated: the 1.5B's Q6_K head 12.82 -> 12.26 ms, 8960 x 1536 0.773 ->
-         * 0.743, 1536 x 8960 0.791 -> 0.759). */
-        if (F == TF_K6 && RT > 4) __asm__("" : "+r"(q));
+        if (K6PIN) __asm__("" : "+r"(q));
         _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) s[r] = _mm512_setzero_si512();
         _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {
             kprefetch(F, RT, pf, 4 * b + m);
@@ -455,7 +456,7 @@ TF_VNNI TF_INLINE void ktotals_vnni(int F, const uint8_t *q, const uint8_t *pf, 
             _Pragma("GCC unroll 8") for (int r = 0; r < RT; r++) {
                 tot[r] = F == TF_K4 ? _mm512_dpwssd_epi32(tot[r], s[r], c32)
                                     : _mm512_add_epi32(tot[r], _mm512_mullo_epi32(s[r], c32));
-                if (F == TF_K6 && RT > 4) TF_IN_REGISTER(tot[r]);
+                if (K6PIN) TF_IN_REGISTER(tot[r]);
             }
         }
     }
