@@ -226,7 +226,7 @@ def test_tokenizer_without_model_config_is_transformers_own(converted: dict, arc
     config: the same class, ids, special tokens and template."""
     from transformers import AutoTokenizer
 
-    from tensorfold.checkpoints.tokenizer import Tokenizer, _declared_class_config
+    from tensorfold.checkpoints.tokenizer import BUILD_INPUTS, Tokenizer, _declared_class_config
 
     folder, _ = converted[arch]
     config = json.loads((folder / "config.json").read_text())
@@ -235,6 +235,12 @@ def test_tokenizer_without_model_config_is_transformers_own(converted: dict, arc
     assert type(ours) is type(full)
     text = " the<|im_end|> 7 12\n\tcafé"
     assert ours.encode(text) == full.encode(text) and ours.get_vocab() == full.get_vocab()
+    ids = full.encode(text)
+    assert ours.decode(ids) == full.decode(ids) and ours.convert_ids_to_tokens(ids) == full.convert_ids_to_tokens(ids)
+    # what the class built its Rust tokenizer from is released (Qwen2Tokenizer keeps both)
+    assert not any(hasattr(ours, name) for name in BUILD_INPUTS)
+    if arch == "qwen2":
+        assert all(hasattr(full, name) for name in BUILD_INPUTS)
     assert (ours.bos_token_id, ours.eos_token_id, ours.all_special_ids) == \
         (full.bos_token_id, full.eos_token_id, full.all_special_ids)
     chat = [{"role": "user", "content": "hi"}]

@@ -58,6 +58,22 @@ def _declared_class_config(folder: Path, config: dict[str, Any]) -> dict[str, An
                                       _name_or_path=str(folder))}
 
 
+# What some transformers tokenizer classes keep after building their Rust tokenizer from
+# it: Qwen2Tokenizer keeps its vocabulary and 151k merges as Python objects (60 MiB).
+# The Rust tokenizer holds its own copy, and nothing the server calls reads these again
+# (transformers reads them only to build, or to save a vocabulary file).
+BUILD_INPUTS = ("_vocab", "_merges")
+
+
+def _release_build_inputs(hf: Any) -> None:
+    """Drop BUILD_INPUTS from a tokenizer backed by a Rust one (`tokenizers.Tokenizer`)."""
+    from tokenizers import Tokenizer as RustTokenizer
+
+    if isinstance(getattr(hf, "_tokenizer", None), RustTokenizer):
+        for name in BUILD_INPUTS:
+            vars(hf).pop(name, None)
+
+
 class Tokenizer:
     """Encode, decode and render chat templates for one model folder."""
 
@@ -71,6 +87,7 @@ class Tokenizer:
                                                          **_declared_class_config(self.folder, config))
         except Exception as exc:
             raise CheckpointError(f"could not load the tokenizer from {self.folder}: {exc}") from exc
+        _release_build_inputs(self.hf)
         eos = _ids(self.hf.eos_token_id)
         eos |= _ids(_read_json(self.folder / "generation_config.json").get("eos_token_id"))
         eos |= _ids(config.get("eos_token_id"))
