@@ -665,78 +665,90 @@ static void file_codes(const uint8_t *s, int b, int *sc, int *mn) {
     }
 }
 
+/* One output's super-block: its values (unsigned; K6 before its -32) from the file's
+ * block `blk`, into record qo / so at output t.  F a constant: GCC widens the loops. */
+TF_INLINE void kpack_one(int F, const uint8_t *blk, int t, uint8_t *qo, uint8_t *so) {
+    uint8_t v[8][32];
+    for (int b = 0; b < 8; b++)
+        for (int e = 0; e < 32; e++) {
+            if (F == TF_K6) {
+                int h = b / 4, c = b % 4;
+                v[b][e] = (uint8_t)(((blk[64 * h + 32 * (c & 1) + e] >> (4 * (c / 2))) & 15)
+                                    | ((blk[128 + 32 * h + e] >> (2 * c)) & 3) << 4);
+            } else {
+                const uint8_t *qs = blk + (F == TF_K5 ? 48 : 16);
+                v[b][e] = (uint8_t)((qs[32 * (b / 2) + e] >> (4 * (b % 2))) & 15);
+                if (F == TF_K5) v[b][e] |= (uint8_t)(((blk[16 + e] >> b) & 1) << 4);
+            }
+        }
+    /* positions 8m..8m+7 of a block hold elements 4m..4m+3 and 16+4m..16+4m+3 (kpos) */
+    for (int m = 0; m < 4; m++)
+        for (int i = 0; i < 8; i++) {
+            int e = 4 * m + i % 4 + 16 * (i / 4), at = 8 * t + i;
+            for (int b = 0; b < 8; b += 2)
+                qo[knib_at(b, m) + at] = (uint8_t)((v[b][e] & 15) | (v[b + 1][e] & 15) << 4);
+            if (F == TF_K5) {
+                int hb = 0;
+                for (int b = 0; b < 8; b++) hb |= (v[b][e] >> 4) << b;
+                qo[khigh_at(F, 0, m) + at] = (uint8_t)hb;
+            }
+            if (F == TF_K6)
+                for (int b = 0; b < 8; b += 4)
+                    qo[khigh_at(F, b, m) + at] = (uint8_t)((v[b][e] >> 4) | (v[b + 1][e] >> 4) << 2
+                                                           | (v[b + 2][e] >> 4) << 4 | (v[b + 3][e] >> 4) << 6);
+        }
+    for (int b = 0; b < 8; b++) {
+        if (F == TF_K6) {
+            so[kcode_at(F, t, b, 0)] = blk[192 + 2 * b];
+            so[kcode_at(F, t, b, 1)] = blk[192 + 2 * b + 1];
+        } else {
+            int sc, mn;
+            file_codes(blk + 4, b, &sc, &mn);
+            kput_codes(so, t, b, sc, mn);
+        }
+    }
+    if (F == TF_K6) {
+        int32_t C = 0;
+        for (int b = 0; b < 8; b++)
+            for (int h = 0; h < 2; h++) {
+                int32_t part = 0;
+                for (int e = 16 * h; e < 16 * h + 16; e++) part += v[b][e] - 32;
+                C += (int8_t)blk[192 + 2 * b + h] * part;
+            }
+        memcpy(so + K6_C + 4 * t, &C, 4);
+        memcpy(so + KG_D + 2 * t, blk + 208, 2);
+    } else {
+        memcpy(so + KG_D + 2 * t, blk, 2);
+        memcpy(so + KG_DMIN + 2 * t, blk + 2, 2);
+    }
+}
+
 typedef struct {
     int fmt, n, k;
     const uint8_t *raw;
     uint8_t *q, *s;
 } kpack_job;
 
+TF_INLINE void kpack_span(int F, const kpack_job *p, int64_t r0, int64_t r1) {
+    int64_t nsb = p->k / 256, QB = bits_bytes(F), MB = meta_bytes(F);
+    int TS = F == TF_K4 ? 144 : F == TF_K5 ? 176 : 210;
+    for (int64_t row = r0; row < r1; row++)
+        for (int64_t j = 0; j < nsb; j++) {
+            int64_t g = row / 8;
+            kpack_one(F, p->raw + (row * nsb + j) * TS, (int)(row % 8), p->q + (g * nsb + j) * QB,
+                      p->s + (g * nsb + j) * MB);
+        }
+}
+
 /* The rows of groups [ith/nth, (ith+1)/nth) of the whole: threads never share a record. */
 static void kpack_rows(void *ctx, int ith, int nth) {
     const kpack_job *p = ctx;
-    int fmt = p->fmt;
-    int64_t nsb = p->k / 256, QB = bits_bytes(fmt), MB = meta_bytes(fmt), groups = (p->n + 7) / 8;
+    int64_t groups = (p->n + 7) / 8;
     int64_t r0 = groups * ith / nth * 8, r1 = groups * (ith + 1) / nth * 8;
     if (r1 > p->n) r1 = p->n;
-    int TS = fmt == TF_K4 ? 144 : fmt == TF_K5 ? 176 : 210;
-    const uint8_t *raw = p->raw;
-    uint8_t *q = p->q, *s = p->s;
-    for (int64_t row = r0; row < r1; row++)
-        for (int64_t j = 0; j < nsb; j++) {
-            const uint8_t *blk = raw + (row * nsb + j) * TS;
-            int64_t g = row / 8, t = row % 8;
-            uint8_t *qo = q + (g * nsb + j) * QB, *so = s + (g * nsb + j) * MB;
-            uint8_t v[8][32];            /* the super-block's values, unsigned */
-            for (int b = 0; b < 8; b++)
-                for (int e = 0; e < 32; e++) {
-                    if (fmt == TF_K6) {
-                        int h = b / 4, c = b % 4;
-                        v[b][e] = (uint8_t)(((blk[64 * h + 32 * (c & 1) + e] >> (4 * (c / 2))) & 15)
-                                            | ((blk[128 + 32 * h + e] >> (2 * c)) & 3) << 4);
-                    } else {
-                        const uint8_t *qs = blk + (fmt == TF_K5 ? 48 : 16);
-                        v[b][e] = (uint8_t)((qs[32 * (b / 2) + e] >> (4 * (b % 2))) & 15);
-                        if (fmt == TF_K5) v[b][e] |= (uint8_t)(((blk[16 + e] >> b) & 1) << 4);
-                    }
-                }
-            for (int e = 0; e < 32; e++) {
-                int pos = kpos(e), m = pos / 8, at = 8 * (int)t + pos % 8;
-                for (int b = 0; b < 8; b += 2)
-                    qo[knib_at(b, m) + at] = (uint8_t)((v[b][e] & 15) | (v[b + 1][e] & 15) << 4);
-                if (fmt == TF_K5) {
-                    int hb = 0;
-                    for (int b = 0; b < 8; b++) hb |= (v[b][e] >> 4) << b;
-                    qo[khigh_at(fmt, 0, m) + at] = (uint8_t)hb;
-                }
-                if (fmt == TF_K6)
-                    for (int b = 0; b < 8; b += 4) {
-                        int hb = 0;
-                        for (int c = 0; c < 4; c++) hb |= (v[b + c][e] >> 4) << (2 * c);
-                        qo[khigh_at(fmt, b, m) + at] = (uint8_t)hb;
-                    }
-            }
-            for (int b = 0; b < 8; b++) {
-                if (fmt == TF_K6) {
-                    so[kcode_at(fmt, (int)t, b, 0)] = blk[192 + 2 * b];
-                    so[kcode_at(fmt, (int)t, b, 1)] = blk[192 + 2 * b + 1];
-                } else {
-                    int sc, mn;
-                    file_codes(blk + 4, b, &sc, &mn);
-                    kput_codes(so, (int)t, b, sc, mn);
-                }
-            }
-            if (fmt == TF_K6) {
-                int32_t C = 0;
-                for (int b = 0; b < 8; b++)
-                    for (int e = 0; e < 32; e++) C += (int8_t)blk[192 + 2 * b + e / 16] * (v[b][e] - 32);
-                memcpy(so + K6_C + 4 * t, &C, 4);
-            }
-            if (fmt == TF_K6) memcpy(so + KG_D + 2 * t, blk + 208, 2);
-            else {
-                memcpy(so + KG_D + 2 * t, blk, 2);
-                memcpy(so + KG_DMIN + 2 * t, blk + 2, 2);
-            }
-        }
+    if (p->fmt == TF_K4) kpack_span(TF_K4, p, r0, r1);
+    else if (p->fmt == TF_K5) kpack_span(TF_K5, p, r0, r1);
+    else kpack_span(TF_K6, p, r0, r1);
 }
 
 /* The grouped records of n outputs from GGUF's Q4_K (144-byte), Q5_K (176) or Q6_K

@@ -7,12 +7,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#define TF_INLINE static inline __attribute__((always_inline))
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define TF_X86 1
 #define TF_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define TF_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-#define TF_INLINE static inline __attribute__((always_inline))
 #define TF_UNROLL _Pragma("GCC unroll 4")
 /* An integer sum's running value, made to exist in a register here: without it GCC
  * regroups a long unrolled sum into a tree whose leaves wait on the stack (the AVX2
