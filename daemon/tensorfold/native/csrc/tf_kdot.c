@@ -97,6 +97,8 @@ static inline float kmin_scale(const uint8_t *meta, int t) { return -tf_h2f(u16_
  * output's values alike: within each block of 32, position 8m + 4h + i holds
  * element 16h + 4m + i, so the 8 bytes at 8m pair inputs of both 16-input halves. */
 static inline int kpos(int e) { return e / 32 * 32 + (e % 16) / 4 * 8 + (e % 32) / 16 * 4 + e % 4; }
+/* and the element at position p: kelem(kpos(e)) == e */
+static inline int kelem(int p) { return p / 32 * 32 + (p % 8) / 4 * 16 + (p % 32) / 8 * 4 + p % 4; }
 
 /* The integer value (K6: with its -32) of output t's element e (0..255) of a record. */
 static int kq_at(int fmt, const uint8_t *q, int t, int e) {
@@ -681,10 +683,10 @@ TF_INLINE void kpack_one(int F, const uint8_t *blk, int t, uint8_t *qo, uint8_t 
                 if (F == TF_K5) v[b][e] |= (uint8_t)(((blk[16 + e] >> b) & 1) << 4);
             }
         }
-    /* positions 8m..8m+7 of a block hold elements 4m..4m+3 and 16+4m..16+4m+3 (kpos) */
+    /* each plane byte once, from the element its position holds */
     for (int m = 0; m < 4; m++)
         for (int i = 0; i < 8; i++) {
-            int e = 4 * m + i % 4 + 16 * (i / 4), at = 8 * t + i;
+            int e = kelem(8 * m + i), at = 8 * t + i;
             for (int b = 0; b < 8; b += 2)
                 qo[knib_at(b, m) + at] = (uint8_t)((v[b][e] & 15) | (v[b + 1][e] & 15) << 4);
             if (F == TF_K5) {
