@@ -195,6 +195,20 @@ def test_random_decode_follows_the_json_schema(compiler, tok, eos, seed):
     assert not con.is_complete(reply[:-2]) or tok.decode(reply[:-2]).rstrip().endswith("}")
 
 
+@pytest.mark.parametrize("length", [{"maxLength": 8}, {"minLength": 2}, {"minLength": 1, "maxLength": 30}])
+def test_length_bounded_strings_refuse_control_characters(compiler, tok, length):
+    """JSON forbids U+0000..U+001F unescaped in a string; xgrammar 0.2.9's rule for a string with
+    minLength/maxLength lets them through (all but CR and LF), and build.json_grammar closes
+    that.  A decode once drew token \\x12 inside such a string and the reply was not JSON."""
+    compiled = compiler.compile(GrammarSpec.json_schema({"type": "string", **length}))
+    vocab = tok.convert_ids_to_tokens(list(range(len(tok))))
+    raw = {i for i, t in enumerate(vocab) if any(tok.convert_tokens_to_string([t]) == chr(c) for c in range(32))}
+    assert len(raw) >= 20                                   # the byte tokens of the control characters
+    inside = fresh_allowed(compiled, tok.encode('"'))
+    assert inside.any() and not inside[sorted(raw)].any()
+    assert not fresh_allowed(compiled, tok.encode('"ab'))[sorted(raw)].any()
+
+
 @pytest.mark.parametrize("seed", [3, 4])
 def test_random_decode_follows_the_regex(compiler, tok, eos, seed):
     compiled = compiler.compile(GrammarSpec.regex(REGEX))

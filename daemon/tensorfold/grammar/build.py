@@ -9,13 +9,27 @@ from typing import Any
 from .errors import GrammarError, clean_reason, load_xgrammar
 from .spec import LABELS, MAX_BLANKS, WRAPPED_JSON, choice_ebnf
 
+# xgrammar (0.2.9) writes a JSON string with minLength or maxLength as repeats of this class,
+# which lets control characters U+0000..U+001F other than CR and LF through: invalid JSON.
+# Its unbounded strings use the class that excludes them all.
+_LENGTH_CHARS = r'[^\"\\\r\n]'
+_STRING_CHARS = r'[^\0-\x1f\"\\\r\n]'
+
+
+def json_grammar(xg: Any, schema: str, **options: Any) -> Any:
+    """xgrammar's grammar for a JSON schema, with every string character class excluding
+    the control characters JSON forbids unescaped."""
+    grammar = xg.Grammar.from_json_schema(schema, **options)
+    ebnf = str(grammar)
+    return xg.Grammar.from_ebnf(ebnf.replace(_LENGTH_CHARS, _STRING_CHARS)) if _LENGTH_CHARS in ebnf else grammar
+
 
 def build(xgc: Any, kind: str, text: str) -> Any:
     """Compile one spec with xgrammar compiler `xgc`; GrammarError with xgrammar's reason."""
     xg = load_xgrammar()
     try:
         if kind == "json_schema":
-            return xgc.compile_json_schema(text, any_whitespace=True, max_whitespace_cnt=MAX_BLANKS)
+            return xgc.compile_grammar(json_grammar(xg, text, any_whitespace=True, max_whitespace_cnt=MAX_BLANKS))
         if kind == "json_object":
             return xgc.compile_json_schema('{"type":"object"}', any_whitespace=True, strict_mode=False,
                                            max_whitespace_cnt=MAX_BLANKS)
@@ -29,7 +43,7 @@ def build(xgc: Any, kind: str, text: str) -> Any:
             return xgc.compile_grammar(text)
         if kind == WRAPPED_JSON:
             before, schema, after = json.loads(text)
-            value = xg.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False)
+            value = json_grammar(xg, json.dumps(schema), any_whitespace=False)
             literal = lambda s: xg.Grammar.from_ebnf("root ::= " + json.dumps(s))  # noqa: E731
             return xgc.compile_grammar(xg.Grammar.concat(literal(before), value, literal(after)))
     except GrammarError:
