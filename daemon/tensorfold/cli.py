@@ -164,7 +164,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .ranks.launch import torchrun_rank
+    from .ranks import torchrun_rank
 
     if (started := torchrun_rank()) and started[0] != 0:      # torchrun's other ranks follow rank 0
         return _follow(args, *started)

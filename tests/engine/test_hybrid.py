@@ -38,7 +38,7 @@ def prefill(r, tokens, table, slot, chunk: int | None = None) -> torch.Tensor:
     for s in range(0, len(tokens), chunk):
         part = tokens[s:s + chunk]
         seg = r.segment(table, s, len(part), -1 if s == 0 else slot, [slot] * len(part))
-        out.append(r.forward(part, [seg], list(range(len(part)))))
+        out.append(torch.as_tensor(r.forward(part, [seg], list(range(len(part))))))
     return torch.cat(out)
 
 
@@ -106,11 +106,11 @@ def test_state_bits_the_same_however_run(runner):
     # verify rows: each row's state in its own slot; resume from the slot of a kept row
     poison_state(r)
     head = prefill(r, tokens[:40], A, 2)
-    rows = r.forward(tokens[40:45], [r.segment(A, 40, 5, 2, [2, 4, 5, 6, 7])], list(range(5)))
+    rows = torch.as_tensor(r.forward(tokens[40:45], [r.segment(A, 40, 5, 2, [2, 4, 5, 6, 7])], list(range(5))))
     assert_same(torch.cat([head, rows]), whole[:45], "verify rows in scratch slots")
     # keep three of the five rows (state in slot 5), then go on from there
-    rest = r.forward(tokens[43:], [r.segment(A, 43, PROMPT - 43, 5, [5] * (PROMPT - 43))],
-                     list(range(PROMPT - 43)))
+    rest = torch.as_tensor(r.forward(tokens[43:], [r.segment(A, 43, PROMPT - 43, 5, [5] * (PROMPT - 43))],
+                                     list(range(PROMPT - 43))))
     assert_same(rest, whole[43:], "resumed from the slot after the last kept row")
 
     # decode one row at a time, batched with the other sequence's decode
@@ -120,7 +120,8 @@ def test_state_bits_the_same_however_run(runner):
     out = [head]
     for p in range(40, PROMPT):
         q = p - 25
-        step = r.forward([tokens[p], other[q]], [r.segment(A, p, 1, 0, [0]), r.segment(O, q, 1, 1, [1])], [0, 1])
+        step = torch.as_tensor(r.forward([tokens[p], other[q]], [r.segment(A, p, 1, 0, [0]), r.segment(O, q, 1, 1, [1])],
+                                         [0, 1]))
         out.append(step[:1])
         assert_same(step[1:], other_alone[q:q + 1], f"the other sequence's decode at {q}")
     assert_same(torch.cat(out), whole, "prefill 40 then decode")
@@ -193,7 +194,7 @@ def test_an_images_rows_match_transformers_and_chunk_freely(vision_model):
     r.allocate_kv(8, BS)
     r.allocate_state(2)
     T, placed = len(tokens), (Placed(len(pre), image),)
-    ours = r.forward(tokens, [r.segment([0, 1], 0, T, -1, [0] * T, images=placed)], list(range(T)))
+    ours = torch.as_tensor(r.forward(tokens, [r.segment([0, 1], 0, T, -1, [0] * T, images=placed)], list(range(T))))
     want = transformers_image_logits(vision_model, enc, rgb, tokens)
     assert_like_transformers(ours, want)
     for chunk in (1, 5):
@@ -201,7 +202,7 @@ def test_an_images_rows_match_transformers_and_chunk_freely(vision_model):
         for s in range(0, T, chunk):
             n = min(chunk, T - s)
             seg = r.segment([0, 1], s, n, -1 if s == 0 else 1, [1] * n, images=placed)
-            parts.append(r.forward(tokens[s:s + n], [seg], list(range(n))))
+            parts.append(torch.as_tensor(r.forward(tokens[s:s + n], [seg], list(range(n)))))
         assert_same(torch.cat(parts), ours, f"chunks of {chunk}")
     assert enc.encode(SimpleNamespace(rgb=None, digest="a picture")) is image     # cached by digest
 
@@ -224,13 +225,13 @@ def test_torch_model_matches_transformers_and_keeps_its_bits(hybrid_model):
     for chunk in (1, 7):
         assert_same(prefill(r, tokens, A, 2, chunk), whole, f"chunks of {chunk}")
     alone = prefill(r, other, O, 1)
-    both = r.forward(tokens + other, [r.segment(A, 0, 40, -1, [0] * 40), r.segment(O, 0, 9, -1, [1] * 9)],
-                     list(range(49)))
+    both = torch.as_tensor(r.forward(tokens + other, [r.segment(A, 0, 40, -1, [0] * 40),
+                                                      r.segment(O, 0, 9, -1, [1] * 9)], list(range(49))))
     assert_same(both[:40], whole, "batched")
     assert_same(both[40:], alone, "the other sequence")
     head = prefill(r, tokens[:30], A, 2)
-    rows = r.forward(tokens[30:34], [r.segment(A, 30, 4, 2, [2, 4, 5, 6])], list(range(4)))
-    rest = r.forward(tokens[32:], [r.segment(A, 32, 8, 4, [4] * 8)], list(range(8)))     # kept two: slot 4
+    rows = torch.as_tensor(r.forward(tokens[30:34], [r.segment(A, 30, 4, 2, [2, 4, 5, 6])], list(range(4))))
+    rest = torch.as_tensor(r.forward(tokens[32:], [r.segment(A, 32, 8, 4, [4] * 8)], list(range(8))))  # kept two: slot 4
     assert_same(torch.cat([head, rows[:2], rest]), whole, "verify rows, then on from the last kept one")
 
 
@@ -264,8 +265,8 @@ def test_gguf_with_mmproj_takes_images_as_transformers_does(vision_model, defaul
     image = enc.encode(load_image("data:image/png;base64," + __import__("base64").b64encode(buf.getvalue()).decode()))
     tokens = [10, 20, enc.start_token_id] + [enc.image_token_id] * image.tokens + [enc.end_token_id, 40, 50]
     T = len(tokens)
-    ours = r.forward(tokens, [r.segment(list(range(16)), 0, T, -1, [0] * T, images=(Placed(3, image),))],
-                     list(range(T)))
+    ours = torch.as_tensor(r.forward(tokens, [r.segment(list(range(16)), 0, T, -1, [0] * T,
+                                                        images=(Placed(3, image),))], list(range(T))))
     want = transformers_image_logits(vision_model, enc, rgb, tokens)
     assert image.grid == (1, 7, 10)        # Qwen3.5's processor: 100x70 grows past 65536 pixels (320x224)
     assert_like_transformers(ours, want)

@@ -43,7 +43,7 @@ def prefill(r, tokens, table, chunk=None, start=0) -> torch.Tensor:
     out = []
     for s in range(0, len(tokens), chunk):
         part = tokens[s:s + chunk]
-        out.append(r.forward(part, [r.segment(table, start + s, len(part))], list(range(len(part)))))
+        out.append(torch.as_tensor(r.forward(part, [r.segment(table, start + s, len(part))], list(range(len(part))))))
     return torch.cat(out)
 
 
@@ -78,7 +78,8 @@ def test_a_rows_bits_do_not_depend_on_its_batch(folders, arch):
     assert_same(prefill(r, tokens, [40, 7, 33]), whole, "other block ids")       # keys gathered by slot
     assert_same(prefill(r, tokens, [5, 6, 20]), whole, "a run of blocks, then another")   # sliced, then gathered
     other_alone = prefill(r, other, O)
-    both = r.forward(other + tokens, [r.segment(O, 0, 25), r.segment(A, 0, PROMPT)], list(range(25 + PROMPT)))
+    both = torch.as_tensor(r.forward(other + tokens, [r.segment(O, 0, 25), r.segment(A, 0, PROMPT)],
+                                     list(range(25 + PROMPT))))
     assert_same(both[25:], whole, "batched after another sequence")
     assert_same(both[:25], other_alone, "the other sequence")
     # decode rows beside another sequence's decode, after a partial prefill
@@ -87,7 +88,7 @@ def test_a_rows_bits_do_not_depend_on_its_batch(folders, arch):
     rows = [head]
     for p in range(20, PROMPT):
         q = p - 15
-        step = r.forward([tokens[p], other[q]], [r.segment(A, p, 1), r.segment(O, q, 1)], [0, 1])
+        step = torch.as_tensor(r.forward([tokens[p], other[q]], [r.segment(A, p, 1), r.segment(O, q, 1)], [0, 1]))
         rows.append(step[:1])
         assert_same(step[1:], other_alone[q:q + 1], f"the other sequence's decode at {q}")
     assert_same(torch.cat(rows), whole, "prefill 20 then decode")
@@ -271,17 +272,17 @@ def test_hybrid_rows_are_mlx_lms_own_and_keep_their_bits(hybrid_model):
     for chunk in (1, 7):
         assert_same(prefill_hybrid(r, tokens, [5, 6, 7], 2, chunk), whole, f"chunks of {chunk}")
     alone = prefill_hybrid(r, other, O, 1)
-    both = r.forward(other + tokens, [r.segment(O, 0, 9, -1, [1] * 9), r.segment(A, 0, 40, -1, [0] * 40)],
-                     list(range(49)))
+    both = torch.as_tensor(r.forward(other + tokens, [r.segment(O, 0, 9, -1, [1] * 9),
+                                                      r.segment(A, 0, 40, -1, [0] * 40)], list(range(49))))
     assert_same(both[9:], whole, "batched after another sequence")
     assert_same(both[:9], alone, "the other sequence")
     head = prefill_hybrid(r, tokens[:30], A, 2)
-    rows = r.forward(tokens[30:34], [r.segment(A, 30, 4, 2, [2, 4, 5, 6])], list(range(4)))
-    rest = r.forward(tokens[32:], [r.segment(A, 32, 8, 4, [4] * 8)], list(range(8)))     # kept two: slot 4
+    rows = torch.as_tensor(r.forward(tokens[30:34], [r.segment(A, 30, 4, 2, [2, 4, 5, 6])], list(range(4))))
+    rest = torch.as_tensor(r.forward(tokens[32:], [r.segment(A, 32, 8, 4, [4] * 8)], list(range(8))))  # kept two: slot 4
     assert_same(torch.cat([head, rows[:2], rest]), whole, "verify rows, then on from the last kept one")
     prefill_hybrid(r, tokens[:16], A, 2)
     r.copy_state(2, 7)                                          # a snapshot at the block boundary
-    rest = r.forward(tokens[16:], [r.segment(A, 16, 24, 7, [3] * 24)], list(range(24)))
+    rest = torch.as_tensor(r.forward(tokens[16:], [r.segment(A, 16, 24, 7, [3] * 24)], list(range(24))))
     assert_same(rest, whole[16:], "resumed from a copied slot")
     with pytest.raises(ValueError, match="state slot"):
         r.forward([1, 2], [r.segment([0], 0, 2)], [1])

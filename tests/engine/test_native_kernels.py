@@ -570,7 +570,7 @@ def prefill(r, tokens, table, chunk: int | None = None) -> torch.Tensor:
     out = []
     for s in range(0, len(tokens), chunk):
         part = tokens[s:s + chunk]
-        out.append(r.forward(part, [r.segment(table, s, len(part))], list(range(len(part)))))
+        out.append(torch.from_numpy(r.forward(part, [r.segment(table, s, len(part))], list(range(len(part))))))
     return torch.cat(out)
 
 
@@ -578,7 +578,9 @@ def tbits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.int32)
 
 
-def assert_same(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+def assert_same(got, want, what: str) -> None:
+    """The same bits (tensors, or the native forward's arrays)."""
+    got, want = torch.as_tensor(got), torch.as_tensor(want)
     assert got.shape == want.shape, what
     diff = (tbits(got) != tbits(want)).any(-1).nonzero().flatten().tolist()
     assert not diff, f"{what}: rows {diff[:10]} differ (max abs {(got - want).abs().max().item():.3g})"
@@ -635,7 +637,7 @@ def test_forward_logits_identical_however_run(folders, arch, weights, kv):
     for p in range(40, PROMPT):
         q = p - 25                      # the other sequence's position: 15..44
         step = r.forward([tokens[p], other[q]], [r.segment(A, p, 1), r.segment(O, q, 1)], [0, 1])
-        rows.append(step[:1])
+        rows.append(torch.from_numpy(step[:1]))
         assert_same(step[1:], other_alone[q:q + 1], f"the other sequence's decode at {q}")
     assert_same(torch.cat(rows), whole, "prefill 40 then decode")
 

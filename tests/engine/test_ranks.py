@@ -14,8 +14,8 @@ import sys
 import time
 
 import httpx
+import numpy as np
 import pytest
-import torch
 
 from tensorfold.checkpoints.errors import CheckpointError
 from tensorfold.config import EngineConfig
@@ -76,7 +76,7 @@ def test_hybrid_split_plan():
         Shard.plan(0, 2, **{**sizes, "hybrid": HybridArgs((1, 0), 8, 2, 2, 8, 16, 4)})
 
 
-def forwards(runner) -> list[torch.Tensor]:
+def forwards(runner) -> list[np.ndarray]:
     """A prefill chunk, a mixed round (a continuation and a new sequence's rows), and decode steps;
     on a hybrid, with its state slots: kept in place, copied (a snapshot), resumed from the copy
     into another slot, and given back."""
@@ -117,7 +117,7 @@ def test_two_ranks_give_one_ranks_logits(checkpoints, name):
         two.close()
     assert [p.returncode for p in two._followers] == [0]          # stopped cleanly, no abort at exit
     for i, (a, b) in enumerate(zip(one, got)):
-        assert a.shape == b.shape and torch.equal(a, b), f"forward {i}: max diff {(a - b).abs().max()}"
+        assert a.shape == b.shape and np.array_equal(a, b), f"forward {i}: max diff {np.abs(a - b).max()}"
 
 
 def test_draws_across_ranks_are_one_ranks(checkpoints):
@@ -132,13 +132,13 @@ def test_draws_across_ranks_are_one_ranks(checkpoints):
     vocab = 49152
 
     def banning(allowed: list[int] | None):
-        mask = torch.ones(vocab, dtype=torch.bool)
+        mask = np.ones(vocab, dtype=bool)
         if allowed:
             mask[allowed] = False
         return [], mask
 
     adjust = LogitAdjust(bias=((100, 5.0), (30_000, -2.5), (45_000, 7.25)), frequency=0.5, presence=0.3,
-                         repetition=1.3, prompt_seen=torch.tensor([3, 200, 26_000, 40_000]))
+                         repetition=1.3, prompt_seen=np.array([3, 200, 26_000, 40_000]))
     reply = [30_001, 30_001, 7, 46_000]
     rules = {"adjust": for_shards([adjust], reply, vocab),
              "adjust+force": for_shards([adjust, ForceToken(len(reply), 45_000)], reply, vocab)}
@@ -159,13 +159,13 @@ def test_draws_across_ranks_are_one_ranks(checkpoints):
 
     per_row = {13: [adjust], 14: [adjust], 15: [adjust, ForceToken(len(reply), 45_000)]}
 
-    def ruled(row: torch.Tensor, i: int) -> torch.Tensor:
+    def ruled(row: np.ndarray, i: int) -> np.ndarray:
         """A row with its rules applied as one rank applies them."""
-        row = row.clone()
+        row = row.copy()
         if i in per_row:
             apply(per_row[i], reply, row)
         elif draws[i] is not None and draws[i][2] is not None:
-            row[draws[i][2][1]] = float("-inf")
+            row[draws[i][2][1]] = -np.inf
         return row
 
     whole = run(NativeRunner(folder, threads=1))
@@ -180,19 +180,19 @@ def test_draws_across_ranks_are_one_ranks(checkpoints):
             sample(ruled(rows2[0], 12), *draws[12][:2])
     finally:
         two.close()
-    expected = torch.stack([ruled(whole[i], i) for i in range(len(draws))])
+    expected = np.stack([ruled(whole[i], i) for i in range(len(draws))])
     for i, d in enumerate(draws):
         if drawn[i] is None:                      # the logits as the forward gave them
-            assert torch.equal(rows[i], whole[i]), i
+            assert np.array_equal(rows[i], whole[i]), i
         else:
             assert rows[i] is None
-        if d is not None and not bool(torch.isneginf(expected[i]).all()):
+        if d is not None and not bool(np.isneginf(expected[i]).all()):
             token = drawn[i] if drawn[i] is not None else sample(ruled(rows[i], i), *d[:2])
             assert token == sample(expected[i], *d[:2]), i
     assert drawn[3] is None and drawn[2] is None              # no plan; top_p 1 without min_p: whole
     assert None not in (drawn[0], drawn[4], drawn[7], drawn[8], drawn[9], drawn[11], drawn[13], drawn[14])
     assert drawn[10] == drawn[11] == 40_000 and drawn[8] in (5, 20_000, 30_000, 49_000) and drawn[15] == 45_000
-    assert drawn[13] == int(torch.argmax(expected[13]))
+    assert drawn[13] == int(np.argmax(expected[13]))
 
 
 def test_refusals(checkpoints, tmp_path, default_model):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -233,6 +235,7 @@ def test_tokenizer_without_model_config_is_transformers_own(converted: dict, arc
     assert _declared_class_config(folder, config)["config"].model_type == arch
     ours, full = Tokenizer(folder).hf, AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     assert type(ours) is type(full)
+    assert json.loads((folder / "tokenizer_config.json").read_text())["tokenizer_class"] == type(full).__name__
     text = " the<|im_end|> 7 12\n\tcafé"
     assert ours.encode(text) == full.encode(text) and ours.get_vocab() == full.get_vocab()
     ids = full.encode(text)
@@ -245,6 +248,18 @@ def test_tokenizer_without_model_config_is_transformers_own(converted: dict, arc
         (full.bos_token_id, full.eos_token_id, full.all_special_ids)
     chat = [{"role": "user", "content": "hi"}]
     assert ours.apply_chat_template(chat, tokenize=False) == full.apply_chat_template(chat, tokenize=False)
+
+
+@pytest.mark.parametrize("arch, cls", [("llama", "TokenizersBackend"), ("qwen2", "Qwen2Tokenizer")])
+def test_a_converted_folders_tokenizer_loads_without_torch(converted: dict, arch: str, cls: str) -> None:
+    """A folder converted from a GGUF names the class AutoTokenizer resolved, and loads it
+    directly: AutoTokenizer's module (which imports torch through transformers' model
+    configuration) stays unimported."""
+    folder, _ = converted[arch]
+    code = ("import sys; from tensorfold.checkpoints.tokenizer import Tokenizer; t = Tokenizer(sys.argv[1]); "
+            "print(type(t.hf).__name__, 'torch' in sys.modules, 'transformers.models.auto' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [cls, "False", "False"], out.stderr[-2000:]
 
 
 def test_tokenizer_config_needs_the_model_config(tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ import re
 import sys
 import threading
 
+import numpy as np
 import pytest
-import torch
 
 pytest.importorskip("xgrammar")
 
@@ -68,19 +68,19 @@ def fresh_allowed(compiled, reply, start_after=()):
 def decode_random(compiler, compiled, seed, steps=400, check_every=True):
     """Decode with random logits, masked; check `allows` agrees with the mask at every step."""
     con = GrammarConstraint(compiled)
-    gen = torch.Generator().manual_seed(seed)
+    gen = np.random.default_rng(seed)
     rng = random.Random(seed)
     reply: list[int] = []
     for _ in range(steps):
-        logits = torch.randn(compiler.vocab_size, generator=gen)
+        logits = gen.standard_normal(compiler.vocab_size).astype(np.float32)
         con.mask(reply, logits)
-        finite = torch.isfinite(logits)
+        finite = np.isfinite(logits)
         token = int(logits.argmax())
         assert finite[token]
         assert con.allows(reply, token)
         if check_every:
             probe = [rng.randrange(compiler.vocab_size) for _ in range(12)]
-            probe += [int(i) for i in finite.nonzero().flatten()[:4]]
+            probe += [int(i) for i in np.flatnonzero(finite)[:4]]
             for t in probe:
                 assert con.allows(reply, t) == bool(finite[t]), (reply, t)
         reply.append(token)
@@ -259,13 +259,13 @@ def test_end_token_only_when_complete_and_after_it_only_end_tokens(compiler, tok
     done = yes + [eos]
     assert con.is_complete(done)
     allowed = con.allowed_tokens(done)
-    assert allowed.nonzero().flatten().tolist() == sorted(compiler.stop_token_ids)
-    logits = torch.zeros(compiler.vocab_size)
+    assert np.flatnonzero(allowed).tolist() == sorted(compiler.stop_token_ids)
+    logits = np.zeros(compiler.vocab_size, dtype=np.float32)
     con.mask(done + [eos], logits)              # ignore_eos: the reply may only repeat the end token
-    assert torch.isfinite(logits).nonzero().flatten().tolist() == sorted(compiler.stop_token_ids)
+    assert np.flatnonzero(np.isfinite(logits)).tolist() == sorted(compiler.stop_token_ids)
     assert not con.allows(done, yes[0])
     with pytest.raises(GrammarError, match="does not fit"):
-        con.mask(done + [yes[0]], torch.zeros(compiler.vocab_size))
+        con.mask(done + [yes[0]], np.zeros(compiler.vocab_size, dtype=np.float32))
     # back to an earlier path, as a later row or a preemption asks
     assert con.allows([], yes[0]) and not con.is_complete([])
 
@@ -273,12 +273,12 @@ def test_end_token_only_when_complete_and_after_it_only_end_tokens(compiler, tok
 def test_a_reply_that_left_the_grammar_raises_and_the_adapter_recovers(compiler, tok):
     con = GrammarConstraint(compiler.compile(GrammarSpec.choice(["yes", "no"])))
     with pytest.raises(GrammarError, match="does not fit"):
-        con.mask(tok.encode("maybe"), torch.zeros(compiler.vocab_size))
+        con.mask(tok.encode("maybe"), np.zeros(compiler.vocab_size, dtype=np.float32))
     with pytest.raises(GrammarError):
         con.check(tok.encode("maybe"))
-    logits = torch.zeros(compiler.vocab_size)
+    logits = np.zeros(compiler.vocab_size, dtype=np.float32)
     con.mask([], logits)
-    assert torch.equal(torch.isfinite(logits), fresh_allowed(compiler.compile(GrammarSpec.choice(["yes", "no"])), []))
+    assert np.array_equal(np.isfinite(logits), fresh_allowed(compiler.compile(GrammarSpec.choice(["yes", "no"])), []))
 
 
 def test_vocab_padding_and_column_slices(compiler, tok):
@@ -286,17 +286,17 @@ def test_vocab_padding_and_column_slices(compiler, tok):
     reply = tok.encode('{"a":')
     V = compiler.vocab_size
     assert V == len(tok) + PAD
-    full = torch.randn(V + 10)                       # even wider than the compiler was told
-    ref = full.clone()
+    full = np.random.default_rng(0).standard_normal(V + 10).astype(np.float32)  # wider than the compiler was told
+    ref = full.copy()
     con.mask(reply, full)
-    assert torch.isinf(full[len(tok):]).all()        # padding ids and beyond: never allowed
-    assert torch.isfinite(full).sum() > 10
-    kept = torch.isfinite(full)
-    assert torch.equal(full[kept], ref[kept])        # allowed logits keep their values
-    halves = [ref[: V // 2].clone(), ref[V // 2:].clone()]
+    assert np.isinf(full[len(tok):]).all()           # padding ids and beyond: never allowed
+    assert np.isfinite(full).sum() > 10
+    kept = np.isfinite(full)
+    assert np.array_equal(full[kept], ref[kept])     # allowed logits keep their values
+    halves = [ref[: V // 2].copy(), ref[V // 2:].copy()]
     con.mask(reply, halves[0], offset=0)
     con.mask(reply, halves[1], offset=V // 2)
-    assert torch.equal(torch.cat(halves).isfinite(), kept)
+    assert np.array_equal(np.isfinite(np.concatenate(halves)), kept)
 
 
 # -- drafting: state is a function of the reply tokens ------------------------------------------
@@ -322,9 +322,9 @@ def test_paths_with_rollback_equal_fresh_matchers(compiler, tok, eos, marker_tex
         assert cut == ref
         for j in range(len(cut) + 1):
             row = committed + cut[:j]
-            logits = torch.zeros(compiler.vocab_size)
+            logits = np.zeros(compiler.vocab_size, dtype=np.float32)
             con.mask(row, logits)
-            assert torch.equal(torch.isfinite(logits), fresh_allowed(compiled, row, marker)), (trial, j)
+            assert np.array_equal(np.isfinite(logits), fresh_allowed(compiled, row, marker)), (trial, j)
         # the engine commits some prefix of the row path; the next trial starts anywhere
         con.check(committed + cut[: rng.randrange(len(cut) + 1)])
 
@@ -385,17 +385,17 @@ def test_grammar_starts_after_the_marker(compiler, tok, eos):
     # before (and inside) the marker, everything is allowed and logits are untouched
     for n in range(len(thinking) + len(marker)):
         row = (thinking + marker)[:n]
-        logits = torch.randn(V)
-        before = logits.clone()
+        logits = np.random.default_rng(n).standard_normal(V).astype(np.float32)
+        before = logits.copy()
         con.mask(row, logits)
-        assert torch.equal(logits, before)
+        assert np.array_equal(logits, before)
         assert con.allows(row, eos) and con.allows(row, 17) and not con.started(row)
     # after it, the grammar applies to the tokens after the marker only
     answer = tok.encode('{"ok": true}')
     head = thinking + marker
     assert con.started(head)
     for j in range(len(answer) + 1):
-        assert torch.equal(con.allowed_tokens(head + answer[:j]), fresh_allowed(compiled, answer[:j]))
+        assert np.array_equal(con.allowed_tokens(head + answer[:j]), fresh_allowed(compiled, answer[:j]))
     assert not con.allows(head, eos) and not con.allows(head, tok.encode("hello")[0])
     assert cut_drafts([con], head, answer + [eos]) == answer + [eos]
     # a path cut inside the marker has not started; a second marker is just text after the start
@@ -427,7 +427,7 @@ def test_rollback_failure_falls_back_to_reset_and_replay(compiler, tok):
     text = tok.encode('{"a": [1, 2, {"b": "xyz"}], "c": true}')
     assert cut_drafts([con], [], text) == text
     for cut in (len(text) - 1, 5, 9, 1, len(text)):
-        assert torch.equal(con.allowed_tokens(text[:cut]), fresh_allowed(compiled, text[:cut])), cut
+        assert np.array_equal(con.allowed_tokens(text[:cut]), fresh_allowed(compiled, text[:cut])), cut
 
 
 def test_a_reply_may_open_its_think_block_with_its_first_token(compiler, tok, eos):
@@ -438,7 +438,7 @@ def test_a_reply_may_open_its_think_block_with_its_first_token(compiler, tok, eo
     first = con.allowed_tokens([])
     expected = fresh_allowed(compiled, [])
     expected[opener] = True
-    assert torch.equal(first, expected)                           # the grammar's tokens, or the opener
+    assert np.array_equal(first, expected)                        # the grammar's tokens, or the opener
     answer = tok.encode('{"ok": true}')
     # opened: free thinking, then the grammar after the marker
     thinking = [opener] + tok.encode("hmm, not JSON {{")
@@ -448,9 +448,9 @@ def test_a_reply_may_open_its_think_block_with_its_first_token(compiler, tok, eo
     assert cut_drafts([con], [], answer + [eos]) == answer + [eos]
     assert not con.allows(answer, opener) and not con.allows([], tok.encode("hello")[0])
     # rolling back over the opener restores position 0's choice, on the same matcher
-    assert torch.equal(con.allowed_tokens([]), expected)
+    assert np.array_equal(con.allowed_tokens([]), expected)
     assert con.started(answer[:2]) and not con.started(thinking)
     # the same paths on a fresh constraint give the same answers (state follows the path only)
     for path in ([], [opener], thinking + marker, thinking + marker + answer[:3], answer[:3]):
         fresh = GrammarConstraint(compiled, start_after=marker, may_open=opener)
-        assert torch.equal(con.allowed_tokens(path), fresh.allowed_tokens(path)), path
+        assert np.array_equal(con.allowed_tokens(path), fresh.allowed_tokens(path)), path

@@ -4,7 +4,7 @@ and say when a row needs whole shards."""
 
 from __future__ import annotations
 
-import torch
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,13 +12,10 @@ from tensorfold.engine import shard_draw as S
 from tensorfold.engine.sampler import sample
 from tensorfold.engine.types import SamplingParams
 
-torch.set_num_threads(1)
-
-
-def sharded(logits: torch.Tensor, params: SamplingParams, position: int, cuts: list[int],
+def sharded(logits: np.ndarray, params: SamplingParams, position: int, cuts: list[int],
             limit: int) -> tuple[int, str]:
     """The draw as the ranks make it; and which way: argmax, candidates or whole."""
-    bounds = [0, *cuts, logits.numel()]
+    bounds = [0, *cuts, logits.size]
     shards = [(a, logits[a:b]) for a, b in zip(bounds, bounds[1:])]
     if params.temperature == 0.0:
         return S.global_argmax([S.local_argmax(s, a) for a, s in shards]), "argmax"
@@ -46,13 +43,13 @@ def sharded(logits: torch.Tensor, params: SamplingParams, position: int, cuts: l
 )
 def test_ranks_draw_the_token_of_one(vocab, cut_fracs, scale, temperature, top_k, top_p, min_p, limit, seed,
                                      position, data_seed, shape):
-    gen = torch.Generator().manual_seed(data_seed)
-    logits = (torch.randn(vocab, generator=gen) * scale).to(torch.float32)
+    gen = np.random.default_rng(data_seed)
+    logits = (gen.standard_normal(vocab) * scale).astype(np.float32)
     if shape == "ties":           # many equal logits: equal masses across the shard boundaries
-        logits = torch.round(logits)
+        logits = np.round(logits)
     if shape == "peaks":          # a few likely tokens over a broad floor that holds real mass
-        logits = torch.randn(vocab, generator=gen) * 0.3
-        logits[torch.randint(0, vocab, (5,), generator=gen)] += scale
+        logits = (gen.standard_normal(vocab) * 0.3).astype(np.float32)
+        logits[gen.integers(0, vocab, 5)] += np.float32(scale)
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
     cuts = sorted({max(1, min(vocab - 1, int(vocab * f))) for f in cut_fracs})
     token, _ = sharded(logits, params, position, cuts, limit)
@@ -61,10 +58,10 @@ def test_ranks_draw_the_token_of_one(vocab, cut_fracs, scale, temperature, top_k
 
 def test_each_way_is_taken_and_agrees():
     """Rows whose nucleus ends inside the candidates, runs past them, or keeps everything."""
-    gen = torch.Generator().manual_seed(1)
-    peaked = torch.randn(50_000, generator=gen) * 8          # the nucleus is a few tokens
-    flat = torch.randn(50_000, generator=gen) * 0.1          # the nucleus is most of the vocabulary
-    floor = torch.randn(50_000, generator=gen) * 0.01        # five peaks hold ~70 %; the floor ~30 %
+    gen = np.random.default_rng(1)
+    peaked = (gen.standard_normal(50_000) * 8).astype(np.float32)      # the nucleus is a few tokens
+    flat = (gen.standard_normal(50_000) * 0.1).astype(np.float32)      # the nucleus is most of the vocabulary
+    floor = (gen.standard_normal(50_000) * 0.01).astype(np.float32)    # five peaks hold ~70 %; the floor ~30 %
     floor[[3, 9_000, 30_000, 30_001, 49_999]] += 10.0
     ways = set()
     for logits, params, want in [
@@ -79,8 +76,8 @@ def test_each_way_is_taken_and_agrees():
         (flat, SamplingParams(temperature=0.0), "argmax"),
     ]:
         for position in range(20):
-            token, way = sharded(logits.to(torch.float32), params, position, [24_576], S.CANDIDATES)
+            token, way = sharded(logits, params, position, [24_576], S.CANDIDATES)
             assert way == want, (params, way)
-            assert token == sample(logits.to(torch.float32), params, position)
+            assert token == sample(logits, params, position)
             ways.add(way)
     assert ways == {"candidates", "whole", "argmax"}

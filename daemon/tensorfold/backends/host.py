@@ -61,3 +61,22 @@ def release_freed_memory() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+def gpu_driver() -> bool:
+    """Whether this host has a GPU driver torch could use (NVIDIA's, or ROCm's), found without
+    importing torch."""
+    return any(Path(p).exists() for p in ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/kfd"))
+
+
+def device_kind(name: str) -> str:
+    """--device's kind ("cpu", "cuda", ...); auto is cuda where torch sees a GPU.  torch is
+    imported only to ask that, and only on a host with a GPU driver, so a CPU serve runs
+    without it."""
+    if name != "auto":
+        return name.split(":")[0]
+    if not gpu_driver():
+        return "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

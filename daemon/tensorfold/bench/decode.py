@@ -30,8 +30,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 PARAGRAPH = (
     "The lighthouse keeper wrote in his log every evening: the colour of the sea, the ships that "
@@ -182,6 +184,8 @@ def _hf_model(folder: Path):
 
 def run_transformers(folder: Path, dtype: torch.dtype, device: torch.device, prompt: list[int],
                      new_tokens: int, repeats: int) -> Rates:
+    import torch
+
     model = _hf_model(folder).to(dtype=dtype, device=device).eval()
     ids = torch.tensor([prompt], device=device)
 
@@ -389,7 +393,6 @@ def stream_prompts(tokenizer, prompt: list[int], n: int) -> list[list[int]]:
 
 
 def run_decode_bench(args: argparse.Namespace) -> int:
-    from ..backends.torch.runner import pick_device, pick_dtype
     from ..checkpoints.resolve import resolve_model
     from ..checkpoints.tokenizer import Tokenizer
     from ..cli import engine_config
@@ -408,8 +411,6 @@ def run_decode_bench(args: argparse.Namespace) -> int:
         except llamacpp.LlamaCppMissing as exc:
             print(f"tensorfold: bench decode --against llama.cpp: {exc}", file=sys.stderr)
             return 2
-    if args.threads:
-        torch.set_num_threads(args.threads)
     folder = resolve_model(args.model)
     tokenizer = Tokenizer(folder)
     prompt = bench_prompt(tokenizer, args.prompt_tokens)
@@ -438,6 +439,12 @@ def run_decode_bench(args: argparse.Namespace) -> int:
         side_by_side(args, folder, lambda: OneRank(folder, side_by_side_config(args, prompt)), prompt,
                      stream_prompts(tokenizer, prompt, args.streams))
     if "transformers" in against:
+        import torch
+
+        from ..backends.torch.runner import pick_device, pick_dtype
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
         device = pick_device(args.device)
         dtype = pick_dtype(args.dtype, device)
         print(f"model {folder.name}  device {device}  dtype {str(dtype).removeprefix('torch.')}  "

@@ -17,8 +17,6 @@ import queue
 import time
 from dataclasses import dataclass
 
-import torch
-
 CHAT_QUESTIONS = [
     "Tell me about the history of lighthouses.",
     "What should I pack for a week of hiking in the mountains?",
@@ -86,6 +84,8 @@ def run_drafting_bench(args: argparse.Namespace) -> int:
     from ..config import EngineConfig
     from ..engine.async_engine import AsyncEngine
     from ..engine.types import SamplingParams
+
+    import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)

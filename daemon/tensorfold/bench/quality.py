@@ -21,9 +21,10 @@ import argparse
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 ROWS = 128       # rows per log-softmax step, to bound temporaries on large vocabularies
 
@@ -55,7 +56,11 @@ class Score:
     nll: float = 0.0
     predicted: int = 0
 
-    def add(self, ref: torch.Tensor, logits: torch.Tensor, tokens: list[int]) -> None:
+    def add(self, ref: Any, logits: Any, tokens: list[int]) -> None:
+        """Score the window `tokens` (fp32 logits [tokens, vocab], tensors or arrays)."""
+        import torch
+
+        ref, logits = torch.as_tensor(ref), torch.as_tensor(logits)
         vocab = min(ref.shape[1], logits.shape[1])
         targets = torch.tensor(tokens[1:] + [0])
         for r in range(0, len(tokens), ROWS):
@@ -73,13 +78,15 @@ class Score:
         return math.exp(self.nll / self.predicted)
 
 
-def runner_logits(runner: Any, tokens: list[int], block_size: int) -> torch.Tensor:
+def runner_logits(runner: Any, tokens: list[int], block_size: int) -> Any:
     """Every position's logits for `tokens`, from position 0 of the runner's (small) pool."""
     seg = runner.segment(list(range(-(-len(tokens) // block_size))), 0, len(tokens))
     return runner.forward(tokens, [seg], list(range(len(tokens))))
 
 
 def run_quality_bench(args: argparse.Namespace) -> int:
+    import torch
+
     from ..backends.torch.runner import TorchRunner
     from ..checkpoints.resolve import resolve_model
     from ..checkpoints.tokenizer import Tokenizer

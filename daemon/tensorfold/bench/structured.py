@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 from .drafting import Result, run_one
 
 SCHEMA = {"type": "object", "properties": {
@@ -28,6 +26,8 @@ def run_structured_bench(args: argparse.Namespace) -> int:
     from ..engine.async_engine import AsyncEngine
     from ..engine.types import SamplingParams
     from ..grammar import GrammarSpec
+
+    import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)

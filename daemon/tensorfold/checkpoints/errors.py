@@ -12,3 +12,7 @@ class CheckpointError(Exception):
 
 class TemplateError(Exception):
     """A chat template refused the conversation (the API answers 400)."""
+
+
+class UnsupportedModel(CheckpointError, ValueError):
+    """The checkpoint or the settings ask for what this engine cannot run."""

@@ -8,8 +8,10 @@ it leaves out or gets wrong for our purposes:
   plain GPT-2 split for them, so we install the digit split;
 - the chat template must survive in ``tokenizer_config.json`` *and* in
   ``chat_template.jinja`` (the file transformers 5 reads first);
-- ``tokenizer_class`` is written as ``PreTrainedTokenizerFast`` so that
-  older transformers releases can load the folder too, and load-time keys
+- ``tokenizer_class`` names the class transformers' ``AutoTokenizer``
+  resolves for the folder (for Qwen2, ``Qwen2Tokenizer``; for most others,
+  ``TokenizersBackend``), so the server loads that class directly
+  (tokenizer.py) without AutoTokenizer's imports, and load-time keys
   (``is_local``, ``local_files_only``) are dropped.
 """
 
@@ -107,3 +109,13 @@ def export_tokenizer(gguf_path: Path, out_dir: Path, meta: dict[str, Any]) -> No
     cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     if not (out_dir / "tokenizer.json").is_file():
         raise CheckpointError(f"transformers wrote no tokenizer.json for {gguf_path.name}")
+    cfg["tokenizer_class"] = _resolved_class(out_dir)
+    cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _resolved_class(folder: Path) -> str:
+    """The tokenizer class AutoTokenizer loads the written folder with, as the server's
+    Tokenizer asks for it (its model type from config.json)."""
+    from .tokenizer import auto_tokenizer
+
+    return type(auto_tokenizer(folder)).__name__

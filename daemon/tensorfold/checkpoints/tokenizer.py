@@ -1,8 +1,10 @@
 """The tokenizer and chat template of a model folder.
 
-A thin wrapper over transformers' ``AutoTokenizer``, loaded from local files
-only (never the hub). ``hf`` exposes the underlying tokenizer for callers
-that need more (incremental detokenization, offsets).
+A thin wrapper over a transformers tokenizer, loaded from local files only
+(never the hub): the class a folder converted from a GGUF names (the one
+AutoTokenizer resolved for it at conversion, gguf_tokenizer.py), else
+whatever ``AutoTokenizer`` picks.  ``hf`` exposes the underlying tokenizer
+for callers that need more (incremental detokenization, offsets).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from .errors import CheckpointError, TemplateError
+from .files import GGUF_FILE
 
 log = logging.getLogger(__name__)
 
@@ -74,17 +77,37 @@ def _release_build_inputs(hf: Any) -> None:
             vars(hf).pop(name, None)
 
 
+def auto_tokenizer(folder: Path) -> Any:
+    """transformers' AutoTokenizer on the folder (its model type from config.json)."""
+    from transformers import AutoTokenizer
+
+    config = _read_json(folder / "config.json")
+    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, **_declared_class_config(folder, config))
+
+
+def _load(folder: Path) -> Any:
+    """The folder's transformers tokenizer.  A folder converted from a GGUF names the class
+    AutoTokenizer resolved for it, which loads directly: AutoTokenizer's module imports
+    transformers' model configuration, and with it torch (220 MiB), which the CPU engine
+    otherwise never imports."""
+    declared = _read_json(folder / "tokenizer_config.json").get("tokenizer_class")
+    if (folder / GGUF_FILE).is_symlink() or (folder / GGUF_FILE).is_file():
+        import transformers
+
+        cls = getattr(transformers, declared, None) if isinstance(declared, str) else None
+        if cls is not None and hasattr(cls, "from_pretrained"):
+            return cls.from_pretrained(str(folder), local_files_only=True)
+    return auto_tokenizer(folder)
+
+
 class Tokenizer:
     """Encode, decode and render chat templates for one model folder."""
 
     def __init__(self, folder: str | Path) -> None:
-        from transformers import AutoTokenizer
-
         self.folder = Path(folder)
         config = _read_json(self.folder / "config.json")
         try:
-            self.hf: Any = AutoTokenizer.from_pretrained(str(self.folder), local_files_only=True,
-                                                         **_declared_class_config(self.folder, config))
+            self.hf: Any = _load(self.folder)
         except Exception as exc:
             raise CheckpointError(f"could not load the tokenizer from {self.folder}: {exc}") from exc
         _release_build_inputs(self.hf)

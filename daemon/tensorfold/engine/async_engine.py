@@ -17,11 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from ..backends.host import release_freed_memory
-from ..backends.torch.runner import TorchRunner, UnsupportedModel, pick_device
-from ..checkpoints.errors import CheckpointError
+from ..backends.host import device_kind, release_freed_memory
+from ..checkpoints.errors import CheckpointError, UnsupportedModel
 from ..checkpoints.resolve import resolve_model
 from ..checkpoints.tokenizer import Tokenizer
 from ..config import AUTO_LANES, EngineConfig
@@ -37,7 +34,7 @@ log = logging.getLogger(__name__)
 
 def make_runner(folder: Path, config: EngineConfig) -> Any:
     """MLX when asked (auto: on Apple silicon); else the CPU runs the native kernels (weights
-    kept quantized) and CUDA runs torch."""
+    kept quantized, torch never imported for a GGUF) and CUDA runs torch."""
     if config.ranks < 1:
         raise UnsupportedModel(f"--ranks {config.ranks}: give 1 or more")
     if pick_engine(config) == "mlx":
@@ -51,7 +48,7 @@ def make_runner(folder: Path, config: EngineConfig) -> Any:
         if (why := mlx_missing()) is not None:
             raise UnsupportedModel(why)
         return MLXRunner(folder, threads=config.threads)
-    if pick_device(config.device).type == "cpu":
+    if device_kind(config.device) == "cpu":
         if config.dtype not in ("auto", "float32"):
             raise UnsupportedModel(f"--dtype {config.dtype} applies to CUDA; the CPU engine computes in float32 "
                                    "and --weights picks how weights are stored")
@@ -69,6 +66,12 @@ def make_runner(folder: Path, config: EngineConfig) -> Any:
     if config.kv_cache != "fp16":
         raise UnsupportedModel(f"--kv-cache {config.kv_cache} applies to the CPU engine; CUDA keeps its KV cache "
                                "in --dtype")
+    import torch
+
+    from ..backends.torch.runner import TorchRunner
+
+    if config.threads:
+        torch.set_num_threads(config.threads)
     return TorchRunner(folder, dtype=config.dtype, device=config.device)
 
 
@@ -93,8 +96,6 @@ def pick_engine(config: EngineConfig) -> str:
 
 class AsyncEngine:
     def __init__(self, folder: Path, config: EngineConfig) -> None:
-        if config.threads:
-            torch.set_num_threads(config.threads)
         self.folder = folder
         self.model_name = folder.name
         self.tokenizer = Tokenizer(folder)

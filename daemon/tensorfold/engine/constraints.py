@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-import torch
+import numpy as np
 
 from .types import Think, find_marker
 
@@ -22,7 +22,7 @@ class Constraint(Protocol):
         """May `token` come at reply position len(reply), after `reply`?"""
         ...
 
-    def mask(self, reply: Sequence[int], logits: torch.Tensor) -> None:
+    def mask(self, reply: Sequence[int], logits: np.ndarray) -> None:
         """Restrict fp32 logits [vocab] for position len(reply) in place (-inf = forbidden)."""
         ...
 
@@ -44,10 +44,10 @@ class ForceToken:
     def allows(self, reply: Sequence[int], token: int) -> bool:
         return len(reply) != self.position or token == self.token
 
-    def mask(self, reply: Sequence[int], logits: torch.Tensor) -> None:
+    def mask(self, reply: Sequence[int], logits: np.ndarray) -> None:
         if len(reply) == self.position:
-            keep = logits[self.token].clone()
-            logits.fill_(float("-inf"))
+            keep = logits[self.token].copy()
+            logits.fill(-np.inf)
             logits[self.token] = keep
 
 
@@ -68,29 +68,29 @@ class LogitAdjust:
     presence: float = 0.0
     repetition: float = 1.0
     # the prompt's distinct token ids (for repetition), made once per request, not per row
-    prompt_seen: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64), compare=False)
+    prompt_seen: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64), compare=False)
 
     def allows(self, reply: Sequence[int], token: int) -> bool:
         return True
 
-    def mask(self, reply: Sequence[int], logits: torch.Tensor) -> None:
+    def mask(self, reply: Sequence[int], logits: np.ndarray) -> None:
         self.edits(reply).apply(logits)
 
     def edits(self, reply: Sequence[int]) -> Edits:
         """This rule's changes at position len(reply), as values."""
-        none, f32 = torch.empty(0, dtype=torch.int64), torch.float32
-        add, add_values = none, torch.empty(0, dtype=f32)
+        none, f32 = np.empty(0, dtype=np.int64), np.float32
+        add, add_values = none, np.empty(0, dtype=f32)
         if self.bias:
-            add = torch.tensor([t for t, _ in self.bias], dtype=torch.int64)
-            add_values = torch.tensor([b for _, b in self.bias], dtype=f32)
-        sub, sub_values, seen = none, torch.empty(0, dtype=f32), none
+            add = np.array([t for t, _ in self.bias], dtype=np.int64)
+            add_values = np.array([b for _, b in self.bias], dtype=f32)
+        sub, sub_values, seen = none, np.empty(0, dtype=f32), none
         counted = reply and (self.frequency or self.presence)
-        written = torch.tensor(list(reply), dtype=torch.int64)
+        written = np.array(list(reply), dtype=np.int64)
         if counted:
-            sub, counts = torch.unique(written, return_counts=True)
-            sub_values = counts.to(f32) * self.frequency + self.presence
+            sub, counts = np.unique(written, return_counts=True)
+            sub_values = counts.astype(f32) * np.float32(self.frequency) + np.float32(self.presence)
         if self.repetition != 1.0:
-            seen = torch.unique(torch.cat([self.prompt_seen, written]))
+            seen = np.unique(np.concatenate([self.prompt_seen, written]))
         return Edits(add, add_values, sub, sub_values, seen, self.repetition)
 
 
@@ -101,32 +101,33 @@ class Edits:
     is one fp32 operation per token, so a rank holding part of the vocabulary (`offset` on)
     makes them on its own columns with the bits the whole row gets."""
 
-    add: torch.Tensor
-    add_values: torch.Tensor
-    sub: torch.Tensor
-    sub_values: torch.Tensor
-    seen: torch.Tensor
+    add: np.ndarray           # int64 ids (distinct)
+    add_values: np.ndarray    # fp32
+    sub: np.ndarray           # int64 ids (distinct)
+    sub_values: np.ndarray    # fp32
+    seen: np.ndarray          # int64 ids (distinct)
     repetition: float
 
-    def apply(self, logits: torch.Tensor, offset: int | None = None) -> None:
-        """On a whole row; or, with `offset`, on the columns offset.. of a row a rank holds part of."""
-        dev, n = logits.device, logits.shape[-1]
+    def apply(self, logits: np.ndarray, offset: int | None = None) -> None:
+        """On a whole fp32 row; or, with `offset`, on the columns offset.. of a row a rank
+        holds part of."""
+        n = logits.shape[-1]
 
-        def here(ids: torch.Tensor, *values: torch.Tensor) -> list[torch.Tensor]:
+        def here(ids: np.ndarray, *values: np.ndarray) -> list[np.ndarray]:
             if offset is not None:
                 keep = (ids >= offset) & (ids < offset + n)
                 ids, values = ids[keep] - offset, tuple(v[keep] for v in values)
-            return [ids.to(dev), *(v.to(dev) for v in values)]
-        if self.add.numel():
+            return [ids, *values]
+        if self.add.size:
             ids, values = here(self.add, self.add_values)
             logits[ids] += values
-        if self.sub.numel():
+        if self.sub.size:
             ids, values = here(self.sub, self.sub_values)
             logits[ids] -= values
         if self.repetition != 1.0:
             (ids,) = here(self.seen)
-            v = logits[ids]
-            logits[ids] = torch.where(v > 0, v / self.repetition, v * self.repetition)
+            v, r = logits[ids], np.float32(self.repetition)
+            logits[ids] = np.where(v > 0, v / r, v * r)
 
 
 def cut_drafts(constraints: Sequence[Constraint], reply: Sequence[int], drafts: list[int]) -> list[int]:
@@ -139,13 +140,13 @@ def cut_drafts(constraints: Sequence[Constraint], reply: Sequence[int], drafts: 
     return drafts
 
 
-def apply(constraints: Sequence[Constraint], reply: Sequence[int], logits: torch.Tensor) -> None:
+def apply(constraints: Sequence[Constraint], reply: Sequence[int], logits: np.ndarray) -> None:
     for c in constraints:
         c.mask(reply, logits)
 
 
 def for_shards(constraints: Sequence[Constraint], reply: Sequence[int],
-               vocab: int) -> tuple[list[Edits], torch.Tensor] | None:
+               vocab: int) -> tuple[list[Edits], np.ndarray] | None:
     """The rules at position len(reply) as ranks holding parts of the vocabulary apply them to
     their own columns: LogitAdjust's edits, in order, and the bool [vocab] of tokens the other
     rules forbid (FORBIDS_ONLY); None when a rule is neither.  The two commute: a forbidden
@@ -158,9 +159,9 @@ def for_shards(constraints: Sequence[Constraint], reply: Sequence[int],
             forbids.append(c)
         else:
             return None
-    row = torch.zeros(vocab, dtype=torch.float32)
+    row = np.zeros(vocab, dtype=np.float32)
     apply(forbids, reply, row)
-    return edits, torch.isneginf(row)
+    return edits, np.isneginf(row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +195,7 @@ class ThinkingBudget:
         forced = self._forced(reply)
         return forced is None or token == forced
 
-    def mask(self, reply: Sequence[int], logits: torch.Tensor) -> None:
+    def mask(self, reply: Sequence[int], logits: np.ndarray) -> None:
         forced = self._forced(reply)
         if forced is not None:
             ForceToken(len(reply), forced).mask(reply, logits)
@@ -275,5 +276,5 @@ class ToolForce:
     def allows(self, reply: Sequence[int], token: int) -> bool:
         return self.replace(reply, token) == token
 
-    def mask(self, reply: Sequence[int], logits: torch.Tensor) -> None:
+    def mask(self, reply: Sequence[int], logits: np.ndarray) -> None:
         pass                                              # it fixes draws, not distributions

@@ -10,8 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import torch
-
+from ..backends import thread_mode
 from .cache import BlockCache
 from .constraints import apply as apply_constraints
 from .constraints import cut_drafts, for_shards
@@ -19,7 +18,7 @@ from .constraints import replace as replace_token
 from .counters import Counters
 from .drafting import Drafter
 from .drafting.ngram import NgramDrafter
-from .sampler import sample
+from .sampler import host_row, sample
 from .scheduler import Plan, Scheduler
 from .sequence import Sequence
 from .states import FRESH, StatePool, state_bytes, state_slots
@@ -35,7 +34,8 @@ class Backend(Protocol):
     def allocate_kv(self, num_blocks: int, block_size: int) -> None: ...
     def trim_kv(self, blocks: list[int]) -> None: ...          # unused blocks: their memory may go
     def segment(self, blocks: list[int], start: int, rows: int) -> Any: ...
-    def forward(self, tokens: list[int], segments: list[Any], out_rows: list[int]) -> torch.Tensor: ...
+    def forward(self, tokens: list[int], segments: list[Any], out_rows: list[int]) -> Any: ...
+    # fp32 logits [len(out_rows), vocab]: a numpy array, or a torch tensor on the CPU
     # a hybrid model's backend also has: state_bytes() > 0; allocate_state(slots); trim_state(slots);
     # copy_state(src, dst);
     # segment(blocks, start, rows, src, dst) with the state slots of its rows (engine/states.py)
@@ -110,7 +110,7 @@ class Engine:
 
     # -- the engine thread ---------------------------------------------------------
     def _run(self) -> None:
-        with torch.inference_mode():
+        with thread_mode(self.backend):
             self._loop()
 
     def _loop(self) -> None:
@@ -361,6 +361,7 @@ class Engine:
         rules that replace a drawn token."""
         rules = seq.request.constraints
         if drawn is None:                  # else drawn across the ranks, masks applied there
+            logits = host_row(logits)
             if rules:
                 apply_constraints(rules, reply, logits)
             drawn = sample(logits, seq.request.sampling, len(reply))

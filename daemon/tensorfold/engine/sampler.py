@@ -30,7 +30,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 
 from ..native import lib as native
 from .types import SamplingParams
@@ -59,82 +58,73 @@ def keyed_uniform(seed: int, position: int) -> int:
     return int.from_bytes(hashlib.sha256(msg).digest()[:5], "little")
 
 
-def exact_exp64(d: torch.Tensor) -> torch.Tensor:
+def host_row(logits) -> np.ndarray:
+    """A row of logits as contiguous fp32 in host memory: a numpy array as it is, a tensor on
+    the CPU without a copy when it is fp32 (a torch tensor: anything with .numpy()), else
+    converted (fp16 and bf16 widen exactly)."""
+    if isinstance(logits, np.ndarray):
+        return logits if logits.dtype == np.float32 and logits.flags.c_contiguous else \
+            np.ascontiguousarray(logits, dtype=np.float32)
+    return np.ascontiguousarray(logits.detach().float().cpu().numpy())
+
+
+def exact_exp64(d: np.ndarray) -> np.ndarray:
     """exp(d) for float64 d <= 0 from basic IEEE operations only.
 
     Library exp kernels take different code paths (vector body, scalar tail)
-    for different elements of one tensor; a chain of single multiplies and
+    for different elements of one array; a chain of single multiplies and
     adds rounds the same way for every element, wherever it sits.
     """
-    t = torch.clamp(d, min=_MIN_EXPONENT) * _LOG2E
-    n = torch.floor(t)
+    t = np.maximum(np.asarray(d, dtype=np.float64), _MIN_EXPONENT) * _LOG2E
+    n = np.floor(t)
     g = (t - n) * _LN2                      # in [0, ln 2)
-    p = torch.full_like(g, _EXP_COEFFS[-1])
+    p = np.full_like(g, _EXP_COEFFS[-1])
     for c in reversed(_EXP_COEFFS[:-1]):
         p = p * g
         p = p + c
-    return torch.ldexp(p, n.to(torch.int64))
+    return np.ldexp(p, np.nan_to_num(n, nan=0.0).astype(np.int64))
 
 
-def token_masses(logits: torch.Tensor, temperature: float, z_max: float | None = None) -> torch.Tensor:
+def token_masses(logits, temperature: float, z_max: float | None = None) -> np.ndarray:
     """Integer masses (int64, [vocab]) of one row of logits.
 
     `z_max` is the largest logit/temperature over the whole vocabulary; a
-    shard holding part of the vocabulary passes the global one.  A row in
-    host memory goes through the native kernel (tf_sample.c: the same
-    operations in the same order, so the same bits, in one pass).
+    shard holding part of the vocabulary passes the global one.  The native
+    kernel (tf_sample.c) makes the same operations in the same order as
+    reference_masses, so the same bits, in one pass.
     """
-    row = _host_row(logits)
+    row = host_row(logits)
     if z_max is None:
-        z_max = _largest(logits, row) / float(temperature)
-    if row is None:
-        return reference_masses(logits, temperature, z_max)
-    mass = torch.empty(row.numel(), dtype=torch.int64)
-    native.load().tf_token_masses(native.ptr(row), row.numel(), float(temperature), float(z_max),
+        z_max = float(row.max()) / float(temperature)
+    mass = np.empty(row.size, dtype=np.int64)
+    native.load().tf_token_masses(native.ptr(row), row.size, float(temperature), float(z_max),
                                   native.ptr(mass, ctypes.c_int64))
     return mass
 
 
-def reference_masses(logits: torch.Tensor, temperature: float, z_max: float) -> torch.Tensor:
-    """token_masses in torch ops (rows on an accelerator; the native kernel's reference).  A NaN
-    logit (or every logit -inf) has mass 0."""
-    z = logits.to(torch.float64) / float(temperature)
-    return torch.nan_to_num(torch.round(exact_exp64(z - z_max) * float(ONE)), nan=0.0).to(torch.int64)
+def reference_masses(logits, temperature: float, z_max: float) -> np.ndarray:
+    """token_masses in numpy operations (the native kernel's reference).  A NaN logit (or
+    every logit -inf) has mass 0."""
+    z = host_row(logits).astype(np.float64) / float(temperature)
+    with np.errstate(invalid="ignore"):
+        mass = np.round(exact_exp64(z - z_max) * float(ONE))
+    return np.nan_to_num(mass, nan=0.0).astype(np.int64)
 
 
-def largest_z(logits: torch.Tensor, temperature: float) -> float:
+def largest_z(logits, temperature: float) -> float:
     """The largest logit / temperature in float64 (dividing the largest logit rounds to the
     same value: division by a positive number and rounding keep the order)."""
-    return _largest(logits, _host_row(logits)) / float(temperature)
+    return float(host_row(logits).max()) / float(temperature)
 
 
-def _largest(logits: torch.Tensor, row: torch.Tensor | None) -> float:
-    """The largest logit, from the host row when there is one."""
-    return float(row.numpy().max()) if row is not None else float(logits.max())
-
-
-def _host_row(logits: torch.Tensor) -> torch.Tensor | None:
-    """The row as contiguous fp32 in host memory when that is exact (fp32, fp16, bf16 on the
-    CPU), else None."""
-    if logits.device.type != "cpu" or logits.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        return None
-    if logits.dtype == torch.float32 and logits.is_contiguous() and not logits.requires_grad:
-        return logits                       # as it is (three torch calls cost 13 us a row)
-    return logits.detach().to(torch.float32).contiguous()
-
-
-def greedy(logits: torch.Tensor) -> tuple[float, int]:
+def greedy(logits) -> tuple[float, int]:
     """(the largest logit, its lowest id)."""
-    row = _host_row(logits)
-    if row is None:
-        i = int(torch.argmax(logits))
-        return float(logits[i]), i
-    values = row.numpy()
-    i = int(values.argmax())                # first maximum, as torch.argmax
+    values = host_row(logits)
+    i = int(values.argmax())                # the first maximum
     return float(values[i]), i
 
 
-def apply_cuts(ids: torch.Tensor, mass: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+def apply_cuts(ids: np.ndarray, mass: np.ndarray, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
     """top-k, then top-p, then min-p on candidates (ids ascending, int64 masses).
 
     Returns the surviving (ids, masses), still in ascending id order.
@@ -142,28 +132,40 @@ def apply_cuts(ids: torch.Tensor, mass: torch.Tensor, params: SamplingParams) ->
     return cut_min_p(*nucleus(ids, mass, params), params)
 
 
-def nucleus(ids: torch.Tensor, mass: torch.Tensor, params: SamplingParams,
-            total: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def nucleus(ids: np.ndarray, mass: np.ndarray, params: SamplingParams,
+            total: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The tokens with mass that top-k and then top-p keep, in ascending id order.  `total`:
     the kept total when the candidates are part of a vocabulary split across ranks
     (shard_draw.py; top-k off); else their own sum.  Only the tokens at or above a mass
     every kept token reaches (_least_kept) are ranked, which keeps the same ones."""
-    ids, mass = _positive(ids, mass)
     if params.top_k <= 0 and params.top_p >= 1.0:
-        return ids, mass
-    k = params.top_k if 0 < params.top_k < mass.numel() else mass.numel()
+        return _positive(ids, mass)
+    live = int(np.count_nonzero(mass))
+    k = params.top_k if 0 < params.top_k < live else live
     if params.top_p < 1.0 and total is None:         # what top-k keeps
-        total = int(mass.sum()) if k == mass.numel() else int(torch.topk(mass, k).values.sum())
-    least = _least_kept(mass, k, params.top_p, total)
-    if least > 1:
-        ids, mass = _positive(ids, mass, least)
-    order = torch.sort(mass, descending=True, stable=True).indices[:k]  # ties: lower id first
+        total = int(mass.sum()) if k == live else int(_largest_first(mass, k).sum())
+    ids, mass = _positive(ids, mass, _least_kept(mass, k, params.top_p, total))
+    order = np.argsort(-mass, kind="stable")[:k]     # ties: lower id first
     if params.top_p < 1.0:
         ranked = mass[order]
-        before = torch.cumsum(ranked, 0) - ranked
+        before = np.cumsum(ranked) - ranked
         order = order[before < _top_p_threshold(params.top_p, total)]
-    order = torch.sort(order).values
+    order = np.sort(order)
     return ids[order], mass[order]
+
+
+def _largest_first(mass: np.ndarray, k: int) -> np.ndarray:
+    """The k largest masses (0 <= k <= mass.size), largest first.  The masses at or above a
+    threshold that falls from the largest by 2^-4 a step are taken first, so the selection
+    runs on a few of the vocabulary's masses."""
+    if 0 < k < mass.size:
+        threshold = int(mass.max())
+        while threshold and np.count_nonzero(mass >= threshold) < k:
+            threshold >>= 4
+        if threshold:
+            mass = mass[mass >= threshold]
+        mass = np.partition(mass, mass.size - k)[mass.size - k:]
+    return np.sort(mass[:max(k, 0)])[::-1]
 
 
 def _top_p_threshold(top_p: float, total: int) -> int:
@@ -173,32 +175,30 @@ def _top_p_threshold(top_p: float, total: int) -> int:
     return max(1, -((-round(top_p * ONE) * total) >> FIXED_BITS))
 
 
-def _least_kept(mass: torch.Tensor, k: int, top_p: float, total: int | None) -> int:
-    """A mass that every token the first k (by mass) and then top-p keep reaches: the largest
-    masses in order, until their running sum reaches the top-p threshold (the token there is
-    the last kept one) or k of them are taken.  Ties among equal masses do not matter here."""
-    n, probe = mass.numel(), min(k, 256)
+def _least_kept(mass: np.ndarray, k: int, top_p: float, total: int | None) -> int:
+    """A mass (>= 1) that every token the first k (by mass) and then top-p keep reaches: the
+    largest masses in order, until their running sum reaches the top-p threshold (the token
+    there is the last kept one) or k of them are taken.  Ties among equal masses do not
+    matter here."""
+    probe = min(k, 256)
     while True:
-        top = torch.topk(mass, probe).values if probe < n else torch.sort(mass, descending=True).values
+        top = _largest_first(mass, probe)
         if top_p < 1.0:
-            reached = torch.nonzero(torch.cumsum(top, 0) >= _top_p_threshold(top_p, total))
-            if reached.numel():
-                return int(top[reached[0, 0]])
+            reached = np.flatnonzero(np.cumsum(top) >= _top_p_threshold(top_p, total))
+            if reached.size:
+                return max(1, int(top[reached[0]]))
         if probe == k:
-            return int(top[-1]) if probe else 1
+            return max(1, int(top[-1])) if probe else 1
         probe = min(k, probe * 8)
 
 
-def _positive(ids: torch.Tensor, mass: torch.Tensor, least: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def _positive(ids: np.ndarray, mass: np.ndarray, least: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """The tokens with mass >= least (>= 1), in their order."""
-    if mass.device.type != "cpu":
-        keep = mass >= least
-        return ids[keep], mass[keep]
-    at = np.flatnonzero(mass.numpy() >= least)
-    return torch.from_numpy(ids.numpy()[at]), torch.from_numpy(mass.numpy()[at])
+    at = np.flatnonzero(mass >= least)
+    return ids[at], mass[at]
 
 
-def cut_min_p(ids: torch.Tensor, mass: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+def cut_min_p(ids: np.ndarray, mass: np.ndarray, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
     """Keep the tokens with mass >= min_p * 2^40 (min_p times the likeliest)."""
     if params.min_p > 0.0:
         keep = mass >= math.ceil(params.min_p * ONE)
@@ -206,21 +206,21 @@ def cut_min_p(ids: torch.Tensor, mass: torch.Tensor, params: SamplingParams) -> 
     return ids, mass
 
 
-def draw(ids: torch.Tensor | None, mass: torch.Tensor, u: int) -> int | None:
+def draw(ids: np.ndarray | None, mass: np.ndarray, u: int) -> int | None:
     """The token whose cumulative mass (ascending ids) first exceeds u * S / 2^40, None if S is 0;
     ids None: the masses are the whole vocabulary's (zeros included: the running sum never
     stops on one)."""
-    if not mass.numel():
+    if not mass.size:
         return None
-    cum = torch.cumsum(mass, 0)
+    cum = np.cumsum(mass)
     total = int(cum[-1])
     if not total:
         return None
-    idx = int(torch.searchsorted(cum, (u * total) >> FIXED_BITS, right=True))
+    idx = int(np.searchsorted(cum, (u * total) >> FIXED_BITS, side="right"))
     return idx if ids is None else int(ids[idx])
 
 
-def sample(logits: torch.Tensor, params: SamplingParams, position: int) -> int:
+def sample(logits, params: SamplingParams, position: int) -> int:
     """The keyed draw for reply position `position` from one fp32 row [vocab]."""
     if params.temperature == 0.0:
         top, token = greedy(logits)         # first maximum: lowest id on ties
@@ -230,7 +230,7 @@ def sample(logits: torch.Tensor, params: SamplingParams, position: int) -> int:
     mass = token_masses(logits, params.temperature)
     ids = None
     if params.top_k > 0 or params.top_p < 1.0 or params.min_p > 0.0:
-        ids, mass = apply_cuts(torch.arange(mass.numel(), dtype=torch.int64), mass, params)
+        ids, mass = apply_cuts(np.arange(mass.size, dtype=np.int64), mass, params)
     token = draw(ids, mass, keyed_uniform(params.seed, position))
     if token is None:
         raise ValueError(f"no token is allowed at reply position {position}")

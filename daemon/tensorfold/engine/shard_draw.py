@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
 from .sampler import ONE, cut_min_p, draw, greedy, keyed_uniform, largest_z, nucleus, token_masses
 from .types import SamplingParams
@@ -31,21 +31,21 @@ CANDIDATES = 1024
 
 @dataclass(frozen=True)
 class Pick:
-    ids: torch.Tensor        # int64 global ids, ascending
-    mass: torch.Tensor       # their int64 masses (> 0)
+    ids: np.ndarray          # int64 global ids, ascending
+    mass: np.ndarray         # their int64 masses (> 0)
     total: int               # every mass of the shard, summed
     whole: bool              # the row needs whole shards (the cuts may keep more than ids)
     partial: bool            # ids are this shard's best, not every token with mass
 
 
-def local_max(logits: torch.Tensor, temperature: float) -> float:
+def local_max(logits: np.ndarray, temperature: float) -> float:
     """This shard's largest logit / temperature (float64), or its largest logit at temperature 0."""
     if temperature == 0.0:
         return greedy(logits)[0]
     return largest_z(logits, temperature)
 
 
-def local_argmax(logits: torch.Tensor, offset: int) -> tuple[float, int]:
+def local_argmax(logits: np.ndarray, offset: int) -> tuple[float, int]:
     """(largest logit, its lowest global id)."""
     top, i = greedy(logits)
     return top, offset + i
@@ -57,21 +57,21 @@ def global_argmax(locals_: list[tuple[float, int]]) -> int:
     return next(i for v, i in locals_ if v == best)
 
 
-def pick(logits: torch.Tensor, offset: int, params: SamplingParams, z_max: float,
+def pick(logits: np.ndarray, offset: int, params: SamplingParams, z_max: float,
          limit: int = CANDIDATES) -> Pick:
     """What one rank sends for a row at temperature > 0 (`z_max`: the global maximum)."""
     mass = token_masses(logits, params.temperature, z_max)
     total = int(mass.sum())
-    ids = torch.arange(offset, offset + mass.numel(), dtype=torch.int64)
+    ids = np.arange(offset, offset + mass.size, dtype=np.int64)
     live = mass > 0
     ids, mass = ids[live], mass[live]
-    if mass.numel() <= limit:
+    if mass.size <= limit:
         return Pick(ids, mass, total, whole=False, partial=False)
     everything = params.top_k <= 0 and params.top_p >= 1.0
     if params.top_k > limit or (everything and params.min_p == 0.0) or (
             everything and int((mass >= math.ceil(params.min_p * ONE)).sum()) > limit):
         return Pick(ids[:0], mass[:0], total, whole=True, partial=True)
-    best = torch.sort(torch.sort(mass, descending=True, stable=True).indices[:limit]).values  # ties: lower id
+    best = np.sort(np.argsort(-mass, kind="stable")[:limit])      # ties: lower id
     return Pick(ids[best], mass[best], total, whole=False, partial=True)
 
 
@@ -84,7 +84,7 @@ def needs_whole(picks: list[Pick], params: SamplingParams) -> bool:
     ids, mass = _union(picks)
     kept, _ = nucleus(ids, mass, params, total=sum(p.total for p in picks))
     lasts = [_last(p) for p in picks if p.partial]
-    return bool(torch.isin(torch.tensor(lasts, dtype=torch.int64), kept).any())
+    return bool(np.isin(np.array(lasts, dtype=np.int64), kept).any())
 
 
 def merge_draw(picks: list[Pick], params: SamplingParams, position: int) -> int:
@@ -98,9 +98,9 @@ def merge_draw(picks: list[Pick], params: SamplingParams, position: int) -> int:
     return token
 
 
-def _union(picks: list[Pick]) -> tuple[torch.Tensor, torch.Tensor]:
+def _union(picks: list[Pick]) -> tuple[np.ndarray, np.ndarray]:
     """Every rank's candidates in ascending id order (ranks hold ascending id ranges)."""
-    return torch.cat([p.ids for p in picks]), torch.cat([p.mass for p in picks])
+    return np.concatenate([p.ids for p in picks]), np.concatenate([p.mass for p in picks])
 
 
 def _last(p: Pick) -> int:

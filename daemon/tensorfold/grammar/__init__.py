@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # GrammarConstraint imports torch: load it on first use
+def __getattr__(name: str):  # loaded on first use, like xgrammar (which imports torch) in it
     if name == "GrammarConstraint":
         from .constraint import GrammarConstraint
 

@@ -41,7 +41,7 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
-import torch
+import numpy as np
 
 from .errors import GrammarError, load_xgrammar
 
@@ -69,7 +69,6 @@ class GrammarConstraint:
         self._marker: list[int] = [int(t) for t in start_after]
         self._opener = None if may_open is None or not self._marker else int(may_open)
         self._bitmask = xg.allocate_token_bitmask(1, self.vocab_size)          # [1, ceil(V/32)] int32
-        self._shifts = torch.arange(32, dtype=torch.int32)
         # the synced path: _reply[:_start] is before the grammar (None: marker not seen yet);
         # _reply[_start:_start + _fed] were accepted by the matcher (one step each), then
         # _tail end tokens after the grammar terminated (not fed).
@@ -91,7 +90,7 @@ class GrammarConstraint:
         self._sync(reply)
         return self._push(int(token))
 
-    def mask(self, reply: Sequence[int], logits: torch.Tensor, offset: int = 0) -> None:
+    def mask(self, reply: Sequence[int], logits: np.ndarray, offset: int = 0) -> None:
         """Set the logits of tokens the grammar forbids after `reply` to -inf, in place.
 
         `logits` [n] holds vocabulary columns offset .. offset + n - 1 (a whole row
@@ -107,11 +106,11 @@ class GrammarConstraint:
         if not bool(allowed.any()):
             raise GrammarError(f"the grammar allows no token after reply position {len(self._reply)}")
         n = logits.shape[-1]
-        keep = torch.zeros(n, dtype=torch.bool)
+        keep = np.zeros(n, dtype=bool)
         hi = min(offset + n, self.vocab_size)
         if hi > offset:
             keep[: hi - offset] = allowed[offset:hi]
-        logits.masked_fill_(~keep.to(logits.device, non_blocking=True), float("-inf"))
+        logits[~keep] = -np.inf
 
     # -- more questions about a reply ----------------------------------------------------
     def check(self, reply: Sequence[int]) -> None:
@@ -128,26 +127,26 @@ class GrammarConstraint:
         self._sync(reply)
         return self._start is not None and (self._m.is_terminated() or self._m.is_completed())
 
-    def allowed_tokens(self, reply: Sequence[int]) -> torch.Tensor:
+    def allowed_tokens(self, reply: Sequence[int]) -> np.ndarray:
         """The bool [vocab_size] vector of tokens allowed after `reply` (all True before the marker)."""
         self._sync(reply)
         if self._start is None:
-            return torch.ones(self.vocab_size, dtype=torch.bool)
-        allowed = self._allowed().clone()
+            return np.ones(self.vocab_size, dtype=bool)
+        allowed = self._allowed()
         if self._may_open_here():
             allowed[self._opener] = True
         return allowed
 
     # -- internals -----------------------------------------------------------------------
-    def _allowed(self) -> torch.Tensor:
+    def _allowed(self) -> np.ndarray:
+        """A new bool [vocab_size] of the tokens the matcher allows next."""
         if self._m.is_terminated():
-            allowed = torch.zeros(self.vocab_size, dtype=torch.bool)
+            allowed = np.zeros(self.vocab_size, dtype=bool)
             allowed[list(self._stops)] = True
             return allowed
         self._m.fill_next_token_bitmask(self._bitmask)
-        words = self._bitmask[0]                                              # [W] int32
-        bits = (words.unsqueeze(1) >> self._shifts) & 1                       # [W, 32]
-        return bits.flatten()[: self.vocab_size].bool()
+        words = self._bitmask[0].numpy().astype("<i4")                        # [W]: token 32w + j is bit j
+        return np.unpackbits(words.view(np.uint8), bitorder="little")[: self.vocab_size].astype(bool)
 
     def _sync(self, reply: Sequence[int]) -> None:
         """Make the matcher's path equal `reply`: roll back what differs, accept the rest."""

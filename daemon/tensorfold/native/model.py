@@ -18,10 +18,8 @@ import mmap
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from ..backends.torch.kernels import rope_tables
-from ..backends.torch.models.llama import ModelArgs, inverse_frequencies
+from ..backends.model_args import ModelArgs, inverse_frequencies, rope_tables
 from ..checkpoints.errors import CheckpointError
 from ..checkpoints.files import gguf_file, iter_safetensors
 from ..checkpoints.qwen35 import ATTENTION, DELTANET, HybridArgs, hf_weights, split_q_gate
@@ -69,6 +67,8 @@ def _load_gguf(path: Path, args: ModelArgs, hybrid: HybridArgs | None, whole: bo
 
 def _load_safetensors(folder: Path, kind: str, args: ModelArgs, hybrid: HybridArgs | None
                       ) -> dict[str, quant.Packed | np.ndarray]:
+    import torch                        # safetensors' bf16 reads through torch (a GGUF needs none)
+
     out: dict[str, quant.Packed | np.ndarray] = {}
     tensors = ((name, tensor.to(torch.float32).numpy()) for name, tensor in iter_safetensors(folder))
     if hybrid is not None:
@@ -156,7 +156,7 @@ class NativeModel:
         m.norm = self._f32(w["model.norm.weight"])
         m.rot_dim = hybrid.rot_dim if hybrid else a.head_dim
         cos, sin = rope_tables(inverse_frequencies(a, m.rot_dim), a.max_positions)
-        m.cos, m.sin = self._f32(cos.numpy()), self._f32(sin.numpy())
+        m.cos, m.sin = self._f32(cos), self._f32(sin)
         if hybrid is not None:
             m.mrope[:] = hybrid.mrope
             d = m.dn
@@ -301,7 +301,7 @@ class NativeModel:
     def forward(self, tokens: np.ndarray, pos: np.ndarray, tab_off: np.ndarray, tables: np.ndarray,
                 out_rows: np.ndarray, state_src: np.ndarray | None = None, state_dst: np.ndarray | None = None,
                 embed_row: np.ndarray | None = None, embeds: np.ndarray | None = None,
-                mrope: np.ndarray | None = None) -> torch.Tensor:
+                mrope: np.ndarray | None = None) -> np.ndarray:
         """int32 arrays in; fp32 logits [len(out_rows), vocab] out.  A hybrid's rows also name
         the state slots they read and write; an image's rows take their inputs from `embeds`
         (embed_row >= 0) and M-RoPE positions (mrope [rows, 3]) (tf_kernels.h, tf_inputs)."""
@@ -309,7 +309,7 @@ class NativeModel:
             raise RuntimeError("allocate_kv first")
         if self.state_bytes() and (state_src is None or self._state is None):
             raise RuntimeError("a hybrid's forward needs allocate_state and each row's state slots")
-        logits = torch.empty((len(out_rows), self.struct.vocab), dtype=torch.float32)
+        logits = np.empty((len(out_rows), self.struct.vocab), dtype=np.float32)
         i32 = C.c_int32
         extra = lib.Inputs()
         for field, array in (("state_src", state_src), ("state_dst", state_dst), ("embed_row", embed_row),

@@ -6,12 +6,11 @@ import logging
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from ..backends.host import default_threads, host_budget
 from ..backends.rows import Segment, check_rows, check_state_slots
-from ..backends.torch.models.llama import ModelArgs
-from ..backends.torch.runner import UnsupportedModel
+from ..backends.model_args import ModelArgs
+from ..checkpoints.errors import UnsupportedModel
 from ..checkpoints.files import gguf_file, read_config
 from ..checkpoints import qwen35
 from . import lib
@@ -27,8 +26,8 @@ ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "
 
 
 class NativeRunner:
-    device = torch.device("cpu")
-    dtype = torch.float32            # the arithmetic; weights per `weights`, KV per `kv_cache`
+    device = "cpu"
+    dtype = "float32"                # the arithmetic; weights per `weights`, KV per `kv_cache`
 
     def __init__(self, folder: Path, weights: str = "auto", threads: int | None = None, rank: int = 0,
                  ranks: int = 1, kv_cache: str = "fp16") -> None:
@@ -93,7 +92,7 @@ class NativeRunner:
     def free_memory(self) -> int:
         return host_budget()
 
-    def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> torch.Tensor:
+    def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> np.ndarray:
         """Run `tokens` (segments' rows, in order); fp32 logits [len(out_rows), vocab] (on
         one of several ranks, its own vocabulary columns)."""
         arrays, images = self.inputs(tokens, segments, out_rows)

@@ -35,7 +35,7 @@ from .group import RankGroup
 WHOLE, DRAW, RULED = 0.0, 1.0, 2.0
 PLAN = 6            # per row: kind, temperature, top_k, top_p, min_p, length of its encoded edits
 
-Rules = tuple[list[Edits], torch.Tensor]           # constraints.for_shards: edits, forbidden tokens
+Rules = tuple[list[Edits], np.ndarray]             # constraints.for_shards: edits, forbidden tokens
 Draw = tuple[SamplingParams, int, "Rules | None"]  # settings, reply position, the row's rules
 
 
@@ -50,35 +50,36 @@ def plans_of(draws: list[Draw | None]) -> tuple[np.ndarray, torch.Tensor | None,
             p, rules = d[0], d[2]
             code = encode_edits(rules[0]) if rules else None
             plans[i] = (DRAW if rules is None else RULED, p.temperature, p.top_k, p.top_p, p.min_p,
-                        0 if code is None else code.numel())
+                        0 if code is None else code.size)
             if rules is not None:
-                banned.append(rules[1].numpy())
+                banned.append(rules[1])
                 edits.append(code)
     if not banned:
         return plans, None, None
-    return plans, torch.from_numpy(np.packbits(np.stack(banned), axis=1)), torch.cat(edits)
+    return plans, torch.from_numpy(np.packbits(np.stack(banned), axis=1)), torch.from_numpy(np.concatenate(edits))
 
 
-def encode_edits(edits: list[Edits]) -> torch.Tensor:
+def encode_edits(edits: list[Edits]) -> np.ndarray:
     """float64: per edit n_add, n_sub, n_seen, repetition, then the ids and values (exact: ids
     below 2^53, fp32 values)."""
     parts = []
     for e in edits:
-        parts += [torch.tensor([e.add.numel(), e.sub.numel(), e.seen.numel(), e.repetition], dtype=torch.float64),
-                  e.add.double(), e.add_values.double(), e.sub.double(), e.sub_values.double(), e.seen.double()]
-    return torch.cat(parts) if parts else torch.empty(0, dtype=torch.float64)
+        parts += [np.array([e.add.size, e.sub.size, e.seen.size, e.repetition], dtype=np.float64),
+                  e.add, e.add_values, e.sub, e.sub_values, e.seen]
+    return np.concatenate(parts, dtype=np.float64) if parts else np.empty(0, dtype=np.float64)
 
 
-def decode_edits(code: torch.Tensor) -> list[Edits]:
+def decode_edits(code: np.ndarray) -> list[Edits]:
     out, i = [], 0
-    while i < code.numel():
+    while i < code.size:
         n_add, n_sub, n_seen = (int(x) for x in code[i:i + 3])
         rep = float(code[i + 3])
         i += 4
         cut = [n_add, n_add, n_sub, n_sub, n_seen]
-        a, av, b, bv, seen = torch.split(code[i:i + sum(cut)], cut)
+        a, av, b, bv, seen = np.split(code[i:i + sum(cut)], np.cumsum(cut)[:-1])
         i += sum(cut)
-        out.append(Edits(a.long(), av.float(), b.long(), bv.float(), seen.long(), rep))
+        i64, f32 = np.int64, np.float32
+        out.append(Edits(a.astype(i64), av.astype(f32), b.astype(i64), bv.astype(f32), seen.astype(i64), rep))
     return out
 
 
@@ -88,12 +89,12 @@ def _params(row: np.ndarray) -> SamplingParams:
 
 @dataclass
 class Exchanged:
-    whole: dict[int, torch.Tensor]            # row -> its whole logits [vocab]
+    whole: dict[int, np.ndarray]              # row -> its whole logits [vocab]
     greedy: dict[int, int]                    # row -> its argmax over the vocabulary
     picks: dict[int, list[S.Pick]]            # row -> every rank's pick (the row needs no whole shards)
 
 
-def exchange(group: RankGroup, logits: torch.Tensor, vocab: list[int], plans: np.ndarray,
+def exchange(group: RankGroup, logits: np.ndarray, vocab: list[int], plans: np.ndarray,
              banned: torch.Tensor | None, edits: torch.Tensor | None) -> Exchanged:
     """This rank's logits [rows, its columns], the rows' plans, and the RULED rows' forbidden
     tokens and edits (plans_of) -> what rank 0 draws from.  A RULED row's rules are applied
@@ -102,13 +103,13 @@ def exchange(group: RankGroup, logits: torch.Tensor, vocab: list[int], plans: np
     offset = vocab[group.rank]
     widths = [b - a for a, b in zip(vocab, vocab[1:])]
     ruled = [i for i in range(len(plans)) if plans[i, 0] == RULED]
-    codes = torch.split(edits, [int(plans[i, 5]) for i in ruled]) if ruled else []
-    raw = {i: logits[i].clone() for i in ruled}       # a row drawn from whole logits gets them as they came
+    codes = np.split(edits.numpy(), np.cumsum([int(plans[i, 5]) for i in ruled])[:-1]) if ruled else []
+    raw = {i: logits[i].copy() for i in ruled}        # a row drawn from whole logits gets them as they came
     for k, (i, code) in enumerate(zip(ruled, codes)):
         for e in decode_edits(code):
             e.apply(logits[i], offset)
         bits = np.unpackbits(banned[k].numpy(), count=vocab[-1])[offset:offset + logits.shape[1]]
-        logits[i].masked_fill_(torch.from_numpy(bits.astype(bool)), float("-inf"))
+        logits[i][bits.astype(bool)] = -np.inf
     draw_rows = [i for i in range(len(plans)) if plans[i, 0] != WHOLE]
     need = [i for i in range(len(plans)) if plans[i, 0] == WHOLE]
     out = Exchanged({}, {}, {})
@@ -135,8 +136,9 @@ def exchange(group: RankGroup, logits: torch.Tensor, vocab: list[int], plans: np
                 out.picks[i] = picks
     if need:                                                                        # C
         need.sort()
-        parts = group.all_gather(P.padded(torch.stack([raw.get(i, logits[i]) for i in need]), max(widths)))
-        for i, row in zip(need, P.join_logits(parts, widths)):
+        rows = torch.from_numpy(np.stack([raw.get(i, logits[i]) for i in need]))
+        parts = group.all_gather(P.padded(rows, max(widths)))
+        for i, row in zip(need, P.join_logits(parts, widths).numpy()):
             out.whole[i] = row
     return out
 
@@ -144,14 +146,14 @@ def exchange(group: RankGroup, logits: torch.Tensor, vocab: list[int], plans: np
 def _encode(p: S.Pick) -> torch.Tensor:
     """int64 [4 + 2 * CANDIDATES]: count, total, whole, partial, ids (padded), masses (padded)."""
     out = torch.zeros(4 + 2 * S.CANDIDATES, dtype=torch.int64)
-    n = p.ids.numel()
+    n = p.ids.size
     out[:4] = torch.tensor([n, p.total, p.whole, p.partial])
-    out[4:4 + n] = p.ids
-    out[4 + S.CANDIDATES:4 + S.CANDIDATES + n] = p.mass
+    out[4:4 + n] = torch.from_numpy(p.ids)
+    out[4 + S.CANDIDATES:4 + S.CANDIDATES + n] = torch.from_numpy(p.mass)
     return out
 
 
 def _decode(row: torch.Tensor) -> S.Pick:
     n, total, whole, partial = row[:4].tolist()
-    return S.Pick(row[4:4 + n].clone(), row[4 + S.CANDIDATES:4 + S.CANDIDATES + n].clone(), total, bool(whole),
-                  bool(partial))
+    ids, mass = row[4:4 + n].numpy().copy(), row[4 + S.CANDIDATES:4 + S.CANDIDATES + n].numpy().copy()
+    return S.Pick(ids, mass, total, bool(whole), bool(partial))

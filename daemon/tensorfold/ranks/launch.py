@@ -19,6 +19,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from ..config import EngineConfig
+from . import torchrun_rank
 from ..native.runner import NativeRunner
 from .follower import follow
 from .group import RankGroup
@@ -33,14 +34,6 @@ STEP_SECONDS = 60.0          # a gather inside a forward waits this long for eve
 
 class RanksUnavailable(RuntimeError):
     pass
-
-
-def torchrun_rank() -> tuple[int, int, str, int] | None:
-    """(rank, world size, store host, store port) when torchrun started this process."""
-    if "TORCHELASTIC_RUN_ID" not in os.environ and "LOCAL_RANK" not in os.environ:
-        return None
-    env = os.environ
-    return int(env["RANK"]), int(env["WORLD_SIZE"]), env["MASTER_ADDR"], int(env["MASTER_PORT"])
 
 
 def _store(host: str, port: int, ranks: int, master: bool) -> dist.Store:

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 
 from ..backends.rows import Segment
@@ -33,8 +34,8 @@ T = TypeVar("T")
 
 class Leader:
     draws_on_ranks = True             # forward(..., draws): the keyed draw made across the ranks
-    dtype = torch.float32
-    device = torch.device("cpu")
+    dtype = "float32"
+    device = "cpu"
 
     def __init__(self, runner: NativeRunner, group: RankGroup, followers: list[subprocess.Popen]) -> None:
         self.runner = runner
@@ -138,7 +139,7 @@ class Leader:
             return ex
         ex = self._step(step)
         if draws is None:
-            return torch.stack([ex.whole[i] for i in range(len(out_rows))])
+            return np.stack([ex.whole[i] for i in range(len(out_rows))])
         drawn: list[int | None] = []
         for i, d in enumerate(draws):
             if i in ex.greedy:

@@ -17,7 +17,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-import torch
+import numpy as np
+
 
 from ...checkpoints.errors import TemplateError
 from ...config import SamplingDefaults, ServerConfig
@@ -268,5 +269,5 @@ def logit_rules(body: GenerationRequest, prompt: Sequence[int], vocab_size: int)
     if rule == LogitAdjust():
         return ()
     if rule.repetition != 1.0:
-        rule = dataclasses.replace(rule, prompt_seen=torch.unique(torch.tensor(prompt, dtype=torch.int64)))
+        rule = dataclasses.replace(rule, prompt_seen=np.unique(np.array(prompt, dtype=np.int64)))
     return (rule,)

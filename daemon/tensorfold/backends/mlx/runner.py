@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from ...checkpoints import qwen35
 from ..host import default_threads, host_budget
@@ -168,8 +167,8 @@ class RowState:
 
 
 class MLXRunner:
-    device = torch.device("cpu")        # where the logits land
-    dtype = torch.float32
+    device = "cpu"                      # where the logits land
+    dtype = "float32"
 
     def __init__(self, folder: Path, weights: str = "auto", threads: int | None = None) -> None:
         import mlx.core as mx
@@ -247,7 +246,7 @@ class MLXRunner:
         """The projected-memory check before a prefill: bytes the pool lacks for `blocks`."""
         return self.pool.shortfall(blocks)
 
-    def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> torch.Tensor:
+    def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> np.ndarray:
         """Run `tokens` (segments' rows, in order), each row alone; fp32 logits [len(out_rows), vocab]."""
         import mlx.core as mx
 
@@ -284,5 +283,5 @@ class MLXRunner:
                 logits[wanted[r]] = out[0, 0].astype(mx.float32)
             mx.eval(pool.k, pool.v, states.arrays if states else [], *(x for x in logits if x is not None))
         if not logits:
-            return torch.zeros(0, self.vocab_size)
-        return torch.from_numpy(np.array(mx.stack(logits)))
+            return np.zeros((0, self.vocab_size), dtype=np.float32)
+        return np.array(mx.stack(logits), dtype=np.float32)

@@ -37,6 +37,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .. import model_args
+
 # These sizes fix the shapes of every library call, hence the bits of every
 # result: set them once, before the first forward, and keep them for the
 # server's life (like the thread count).
@@ -230,12 +232,11 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return (xf * cos + rotated * sin).to(x.dtype)
 
 
-def rope_tables(inv_freq: torch.Tensor, max_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables [max_positions, head_dim] in fp32 from inverse frequencies [head_dim/2]."""
-    pos = torch.arange(max_positions, dtype=torch.float64)
-    angles = torch.outer(pos, inv_freq.to(torch.float64))
-    angles = torch.cat((angles, angles), dim=-1)
-    return angles.cos().to(torch.float32), angles.sin().to(torch.float32)
+def rope_tables(inv_freq, max_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables [max_positions, head_dim] in fp32 from inverse frequencies [head_dim/2]:
+    the CPU engine's (backends/model_args.py), so both engines have the same bits."""
+    inv = inv_freq.numpy() if isinstance(inv_freq, torch.Tensor) else inv_freq
+    return tuple(torch.from_numpy(t) for t in model_args.rope_tables(inv, max_positions))
 
 
 # --------------------------------------------------------------------------

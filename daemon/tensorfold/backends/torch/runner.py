@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ...checkpoints.errors import CheckpointError
+from ...checkpoints.errors import UnsupportedModel
 from ...checkpoints.files import gguf_file, iter_weights, read_config
 from ...checkpoints import qwen35
 from ..host import host_budget
@@ -18,10 +18,6 @@ from .models import FAMILIES
 log = logging.getLogger(__name__)
 
 DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32}
-
-
-class UnsupportedModel(CheckpointError, ValueError):
-    """The checkpoint or the settings ask for what this engine cannot run."""
 
 
 def pick_device(name: str) -> torch.device:
@@ -112,6 +108,11 @@ class TorchRunner:
             free, total = torch.cuda.mem_get_info(self.device)
             return max(0, free - total // 10)
         return host_budget()
+
+    @staticmethod
+    def thread_mode():
+        """The mode the engine thread runs this backend's calls in: no autograd."""
+        return torch.inference_mode()
 
     def forward(self, tokens: list[int], segments: list[Segment], out_rows: list[int]) -> torch.Tensor:
         """Run `tokens` (segments' rows, in order); fp32 logits [len(out_rows), vocab] on the CPU."""

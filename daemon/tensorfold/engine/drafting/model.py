@@ -22,8 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
+from ...backends import thread_mode
 from ..cache import BlockCache
 from ..sampler import sample
 from ..states import FRESH, SCRATCH_PER_LANE, StatePool, state_bytes
@@ -88,7 +87,7 @@ class DraftModelDrafter:
                 return []
             keep, state.last = len(state.fed), len(tokens) - 1
         del state.fed[keep:]
-        with torch.inference_mode():
+        with thread_mode(self.backend):
             logits = None
             while len(state.fed) < len(tokens):
                 start = len(state.fed)
@@ -103,7 +102,7 @@ class DraftModelDrafter:
                 logits = self._forward(state, [token], len(state.fed))
         return drafts
 
-    def _forward(self, state: _State, chunk: list[int], start: int) -> torch.Tensor:
+    def _forward(self, state: _State, chunk: list[int], start: int) -> Any:
         if self.states is None:
             seg = self.backend.segment(state.blocks, start, len(chunk))
         else:

@@ -2,72 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import torch
 
+from ...model_args import ModelArgs, inverse_frequencies
 from ..kernels import apply_rope, linear, paged_attention, rms_norm, rope_tables, silu_mul
 from ..kv import KVPool, Segment
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
-
-
-@dataclass(frozen=True, slots=True)
-class ModelArgs:
-    hidden_size: int
-    intermediate_size: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab_size: int
-    rms_norm_eps: float
-    rope_theta: float
-    max_positions: int
-    tie_word_embeddings: bool
-    qkv_bias: bool
-    rope_scaling: dict | None
-
-    @classmethod
-    def from_config(cls, c: dict) -> "ModelArgs":
-        rope = c.get("rope_parameters") or {}
-        scaling = c.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
-        heads = c["num_attention_heads"]
-        return cls(
-            hidden_size=c["hidden_size"],
-            intermediate_size=c["intermediate_size"],
-            layers=c["num_hidden_layers"],
-            heads=heads,
-            kv_heads=c.get("num_key_value_heads") or heads,
-            head_dim=c.get("head_dim") or c["hidden_size"] // heads,
-            vocab_size=c["vocab_size"],
-            rms_norm_eps=c.get("rms_norm_eps", 1e-6),
-            rope_theta=c.get("rope_theta") or rope.get("rope_theta", 10000.0),
-            max_positions=c.get("max_position_embeddings", 4096),
-            tie_word_embeddings=c.get("tie_word_embeddings", False),
-            qkv_bias=c.get("attention_bias", False) or c["architectures"][0] == "Qwen2ForCausalLM",
-            rope_scaling=scaling,
-        )
-
-
-def inverse_frequencies(args: ModelArgs, dim: int | None = None) -> torch.Tensor:
-    """Rope's inverse frequencies over `dim` leading dims of a head (default: all of them)."""
-    dim = dim or args.head_dim
-    inv = 1.0 / (args.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
-    s = args.rope_scaling
-    if not s or s.get("rope_type", s.get("type")) in (None, "default"):
-        return inv
-    if s.get("rope_type", s.get("type")) != "llama3":
-        raise ValueError(f"unsupported rope scaling {s!r}")
-    factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
-    old = s["original_max_position_embeddings"]
-    wavelen = 2 * math.pi / inv
-    smooth = (old / wavelen - low) / (high - low)
-    scaled = torch.where(wavelen > old / low, inv / factor, inv)
-    mid = (wavelen <= old / low) & (wavelen >= old / high)
-    return torch.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segments: list[Segment], kv: KVPool,

@@ -1,0 +1,49 @@
+"""A real `tensorfold serve` on the default model (a GGUF, on the CPU) never loads torch:
+the native engine, the numpy sampler and rules, and the tokenizer its conversion names.
+Answering with sampling, penalties, logit_bias and a stream leaves libtorch unmapped."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import openai
+import pytest
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/PID/maps")
+
+
+def _mapped_torch(pid: int) -> list[str]:
+    return sorted({line.split()[-1] for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
+                   if "libtorch" in line})
+
+
+def test_a_cpu_serve_answers_without_loading_torch():
+    server = subprocess.Popen([sys.executable, "-m", "tensorfold", "--log-level", "INFO", "serve", "--port", "0",
+                               "--threads", "1", "--kv-memory", "0.5"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = None
+        for line in server.stdout:
+            if found := re.search(r"listening on (http://\S+/v1)", line):
+                url = found.group(1)
+                break
+        assert url, "the server did not start"
+        with openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=120) as client:
+            model = client.models.list().data[0].id
+            ask = [{"role": "user", "content": "Name three colours."}]
+            greedy = client.chat.completions.create(model=model, messages=ask, max_tokens=12, temperature=0)
+            sampled = client.chat.completions.create(
+                model=model, messages=ask, max_tokens=12, temperature=0.8, top_p=0.9, seed=7,
+                frequency_penalty=0.5, presence_penalty=0.3, logit_bias={"28": 3},
+                extra_body={"repetition_penalty": 1.1, "top_k": 40, "min_p": 0.05})
+            streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+                model=model, messages=ask, max_tokens=12, temperature=0, stream=True) if c.choices)
+        assert greedy.choices[0].message.content and sampled.choices[0].message.content
+        assert streamed == greedy.choices[0].message.content
+        assert _mapped_torch(server.pid) == []
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
