@@ -53,3 +53,20 @@ def http_server(folder: Any, config: ServerConfig | None = None) -> Iterator[Any
     with running(engine, config or ServerConfig()) as served:
         with httpx.Client(base_url=served.url, timeout=60) as http:
             yield http
+
+
+def serve_default(*args: str) -> tuple[Any, str]:
+    """`python -m tensorfold serve` on the default model, one thread, a free port: the
+    process (stdout holds the rest of its log) and its root URL once it listens."""
+    import re
+    import subprocess
+    import sys
+
+    server = subprocess.Popen([sys.executable, "-m", "tensorfold", "--log-level", "INFO", "serve", "--port", "0",
+                               "--threads", "1", "--kv-memory", "0.5", *args],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in server.stdout:
+        if found := re.search(r"listening on (http://\S+)/v1", line):
+            return server, found.group(1)
+    server.kill()
+    raise AssertionError(f"the server did not start: {server.stderr.read()[-3000:]}")

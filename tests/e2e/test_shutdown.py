@@ -6,30 +6,20 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import httpx
 
+from tests.servers import serve_default
+
 BIG_REGEX = "(" + "|".join(f"w{i}x{i * 7919 % 10007}y" for i in range(6000)) + ")"   # compiles for many seconds
 
 
 def test_sigterm_ends_streams_and_compiles_then_exits():
-    server = subprocess.Popen([sys.executable, "-m", "tensorfold", "--log-level", "INFO", "serve", "--port", "0",
-                               "--threads", "1", "--kv-memory", "0.5"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server, url = serve_default()
     try:
-        url = None
-        for line in server.stdout:
-            found = re.search(r"listening on (http://\S+)/v1", line)
-            if found:
-                url = found.group(1)
-                break
-        assert url, "the server did not start"
         compiled: list[httpx.Response] = []
         compile_thread = threading.Thread(target=lambda: compiled.append(httpx.post(
             url + "/v1/chat/completions", timeout=60,

@@ -4,13 +4,12 @@ Answering with sampling, penalties, logit_bias and a stream leaves libtorch unma
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import openai
 import pytest
+
+from tests.servers import serve_default
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/PID/maps")
 
@@ -21,17 +20,9 @@ def _mapped_torch(pid: int) -> list[str]:
 
 
 def test_a_cpu_serve_answers_without_loading_torch():
-    server = subprocess.Popen([sys.executable, "-m", "tensorfold", "--log-level", "INFO", "serve", "--port", "0",
-                               "--threads", "1", "--kv-memory", "0.5"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server, url = serve_default()
     try:
-        url = None
-        for line in server.stdout:
-            if found := re.search(r"listening on (http://\S+/v1)", line):
-                url = found.group(1)
-                break
-        assert url, "the server did not start"
-        with openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=120) as client:
+        with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120) as client:
             model = client.models.list().data[0].id
             ask = [{"role": "user", "content": "Name three colours."}]
             greedy = client.chat.completions.create(model=model, messages=ask, max_tokens=12, temperature=0)
