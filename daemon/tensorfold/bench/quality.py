@@ -20,11 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import torch
+from typing import Any
 
 ROWS = 128       # rows per log-softmax step, to bound temporaries on large vocabularies
 
