@@ -262,6 +262,28 @@ def test_a_converted_folders_tokenizer_loads_without_torch(converted: dict, arch
     assert out.stdout.split() == [cls, "False", "False"], out.stderr[-2000:]
 
 
+def test_an_older_conversion_records_its_tokenizer_class_on_first_load(converted: dict, tmp_path: Path) -> None:
+    """A folder converted before the class was recorded names PreTrainedTokenizerFast: its
+    first load goes through AutoTokenizer and writes the resolved class in, so the next
+    load is direct (no torch)."""
+    import shutil
+
+    from tensorfold.checkpoints.tokenizer import UNRESOLVED_CLASS, Tokenizer
+
+    source, _ = converted["qwen2"]
+    folder = tmp_path / "old"
+    shutil.copytree(source, folder, symlinks=True)
+    path = folder / "tokenizer_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "tokenizer_class": UNRESOLVED_CLASS}))
+    assert type(Tokenizer(folder).hf).__name__ == "Qwen2Tokenizer"
+    assert json.loads(path.read_text())["tokenizer_class"] == "Qwen2Tokenizer"
+    assert not list(folder.glob(".tokenizer_config.json.*"))
+    code = ("import sys; from tensorfold.checkpoints.tokenizer import Tokenizer; Tokenizer(sys.argv[1]); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False"], out.stderr[-2000:]
+
+
 def test_tokenizer_config_needs_the_model_config(tmp_path: Path) -> None:
     """No declared class, or remote code: AutoTokenizer reads the full config ({})."""
     from tensorfold.checkpoints.tokenizer import _declared_class_config

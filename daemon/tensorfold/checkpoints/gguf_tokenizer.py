@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError
+from .tokenizer import UNRESOLVED_CLASS, record_resolved_class
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ def export_tokenizer(gguf_path: Path, out_dir: Path, meta: dict[str, Any]) -> No
     cfg: dict[str, Any] = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
     for key in _LOAD_TIME_KEYS:
         cfg.pop(key, None)
-    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    cfg["tokenizer_class"] = UNRESOLVED_CLASS
     context = meta.get(f"{meta.get('general.architecture')}.context_length")
     if isinstance(context, int) and context > 0:
         cfg["model_max_length"] = context
@@ -109,13 +110,4 @@ def export_tokenizer(gguf_path: Path, out_dir: Path, meta: dict[str, Any]) -> No
     cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     if not (out_dir / "tokenizer.json").is_file():
         raise CheckpointError(f"transformers wrote no tokenizer.json for {gguf_path.name}")
-    cfg["tokenizer_class"] = _resolved_class(out_dir)
-    cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
-def _resolved_class(folder: Path) -> str:
-    """The tokenizer class AutoTokenizer loads the written folder with, as the server's
-    Tokenizer asks for it (its model type from config.json)."""
-    from .tokenizer import auto_tokenizer
-
-    return type(auto_tokenizer(folder)).__name__
+    record_resolved_class(out_dir)

@@ -24,7 +24,7 @@ from .files import GGUF_FILE
 log = logging.getLogger(__name__)
 
 MARKER = ".tensorfold.json"
-FORMAT_VERSION = 3     # 2: GGUF weights stay in model.gguf; 3: its tokenizer_config names the resolved class
+FORMAT_VERSION = 2     # 2: GGUF weights stay in model.gguf, as stored
 _PARTIAL_PREFIX = ".partial-"
 _STALE_AFTER_S = 6 * 3600
 

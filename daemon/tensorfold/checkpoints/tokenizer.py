@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -85,19 +86,42 @@ def auto_tokenizer(folder: Path) -> Any:
     return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, **_declared_class_config(folder, config))
 
 
+# The class every GGUF conversion named before the resolved one was recorded.
+UNRESOLVED_CLASS = "PreTrainedTokenizerFast"
+
+
+def record_resolved_class(folder: Path) -> Any:
+    """AutoTokenizer's tokenizer for a folder converted from a GGUF, its class written into the
+    folder's tokenizer_config.json (one file replaced whole; a read-only folder keeps its own)."""
+    hf = auto_tokenizer(folder)
+    path = folder / "tokenizer_config.json"
+    cfg = {**_read_json(path), "tokenizer_class": type(hf).__name__}
+    scratch = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        scratch.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(scratch, path)
+    except OSError as exc:
+        log.debug("could not record the tokenizer class in %s: %s", path, exc)
+        scratch.unlink(missing_ok=True)
+    return hf
+
+
 def _load(folder: Path) -> Any:
     """The folder's transformers tokenizer.  A folder converted from a GGUF names the class
-    AutoTokenizer resolved for it, which loads directly: AutoTokenizer's module imports
-    transformers' model configuration, and with it torch (220 MiB), which the CPU engine
-    otherwise never imports."""
+    AutoTokenizer resolved for it (the conversion, or the first load of an older conversion,
+    records it), which loads directly: AutoTokenizer's module imports transformers' model
+    configuration, and with it torch (220 MiB), which the CPU engine otherwise never imports."""
+    if not ((folder / GGUF_FILE).is_symlink() or (folder / GGUF_FILE).is_file()):
+        return auto_tokenizer(folder)
     declared = _read_json(folder / "tokenizer_config.json").get("tokenizer_class")
-    if (folder / GGUF_FILE).is_symlink() or (folder / GGUF_FILE).is_file():
-        import transformers
+    if declared == UNRESOLVED_CLASS or not isinstance(declared, str):
+        return record_resolved_class(folder)
+    import transformers
 
-        cls = getattr(transformers, declared, None) if isinstance(declared, str) else None
-        if cls is not None and hasattr(cls, "from_pretrained"):
-            return cls.from_pretrained(str(folder), local_files_only=True)
-    return auto_tokenizer(folder)
+    cls = getattr(transformers, declared, None)
+    if cls is None or not hasattr(cls, "from_pretrained"):
+        return auto_tokenizer(folder)
+    return cls.from_pretrained(str(folder), local_files_only=True)
 
 
 class Tokenizer:
