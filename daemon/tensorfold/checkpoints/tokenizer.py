@@ -2,8 +2,8 @@
 
 A thin wrapper over a transformers tokenizer, loaded from local files only
 (never the hub): the class a folder converted from a GGUF names (the one
-AutoTokenizer resolved for it at conversion, gguf_tokenizer.py), else
-whatever ``AutoTokenizer`` picks.  ``hf`` exposes the underlying tokenizer
+AutoTokenizer resolved for it, recorded at conversion or on an older
+conversion's first load), else whatever ``AutoTokenizer`` picks.  ``hf`` exposes the underlying tokenizer
 for callers that need more (incremental detokenization, offsets).
 """
 
