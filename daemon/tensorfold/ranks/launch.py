@@ -19,8 +19,8 @@ from pathlib import Path
 import torch.distributed as dist
 
 from ..config import EngineConfig
-from . import torchrun_rank
 from ..native.runner import NativeRunner
+from . import torchrun_rank
 from .follower import follow
 from .group import RankGroup
 from .leader import Leader

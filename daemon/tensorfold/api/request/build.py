@@ -19,7 +19,6 @@ from typing import Any, Protocol
 
 import numpy as np
 
-
 from ...checkpoints.errors import TemplateError
 from ...config import SamplingDefaults, ServerConfig
 from ...engine.constraints import LogitAdjust

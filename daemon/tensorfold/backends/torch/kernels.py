@@ -233,10 +233,10 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 def rope_tables(inv_freq, max_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables [max_positions, head_dim] in fp32 from inverse frequencies [head_dim/2]:
-    the CPU engine's (backends/model_args.py), so both engines have the same bits."""
-    inv = inv_freq.numpy() if isinstance(inv_freq, torch.Tensor) else inv_freq
-    return tuple(torch.from_numpy(t) for t in model_args.rope_tables(inv, max_positions))
+    """cos/sin tables [max_positions, head_dim] in fp32 from inverse frequencies [head_dim/2]
+    (an array or a CPU tensor): the CPU engine's (backends/model_args.py), so both engines
+    have the same bits."""
+    return tuple(torch.from_numpy(t) for t in model_args.rope_tables(inv_freq, max_positions))
 
 
 # --------------------------------------------------------------------------

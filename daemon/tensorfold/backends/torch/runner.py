@@ -10,7 +10,7 @@ import torch
 from ...checkpoints.errors import UnsupportedModel
 from ...checkpoints.files import gguf_file, iter_weights, read_config
 from ...checkpoints import qwen35
-from ..host import host_budget
+from ..host import device_kind, host_budget
 from ..rows import check_state_slots
 from .kv import KVPool, Segment
 from .models import FAMILIES
@@ -21,9 +21,7 @@ DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.f
 
 
 def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    return torch.device(device_kind(name) if name == "auto" else name)
 
 
 def pick_dtype(name: str, device: torch.device) -> torch.dtype:
