@@ -86,7 +86,8 @@ class GrammarCompiler:
                  cache_size: int = 128, cache_bytes: int = 256 << 20, timeout: float = 20.0,
                  max_pending: int = 16) -> None:
         xg = load_xgrammar()
-        if "max_whitespace_cnt" not in inspect.signature(xg.GrammarCompiler.compile_json_schema).parameters:
+        if any("max_whitespace_cnt" not in inspect.signature(f).parameters      # build.py calls both
+               for f in (xg.GrammarCompiler.compile_json_schema, xg.Grammar.from_json_schema)):
             raise GrammarUnavailable("the installed xgrammar is too old (no max_whitespace_cnt); "
                                      "upgrade it")
         hf = getattr(tokenizer, "hf", None)
