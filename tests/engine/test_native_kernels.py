@@ -879,3 +879,27 @@ def test_int8_kv_close_to_fp16_kv(folders, arch):
     top1 = (fp16.argmax(-1) == int8.argmax(-1)).double().mean().item()
     assert kl.mean().item() < 4e-3 and kl.max().item() < 3e-2, (kl.mean().item(), kl.max().item())
     assert top1 >= 0.85, top1
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore on Linux")
+def test_rope_rows_are_written_as_positions_are_reached(folders, monkeypatch):
+    """The rope tables are backed only as far as forwards have reached, a step of rows at a
+    time, and a forward reads the same rows as from tables built whole beforehand."""
+    from tensorfold.backends.model_args import rope_tables
+    from tensorfold.native import rope
+
+    monkeypatch.setattr(rope, "FILL_STEP", 16)
+    tokens = list(range(3, 3 + PROMPT))
+    r = native(folders["llama"], "q8_0")
+    tables = r.model.rope
+    row = tables.cos[0].nbytes
+    assert tables.filled == 0
+    assert resident_bytes(tables.cos.ctypes.data, tables.cos.nbytes) == 0
+    lazy = prefill(r, tokens, [0, 1, 2, 3, 4], chunk=24)           # steps of 16 rows, reached 24 at a time
+    assert tables.filled == 80
+    assert resident_bytes(tables.cos.ctypes.data, tables.cos.nbytes) <= 80 * row + 2 * os.sysconf("SC_PAGE_SIZE")
+    cos, sin = rope_tables(tables.inv_freq, tables.positions)
+    assert np.array_equal(tables.cos[:80], cos[:80]) and np.array_equal(tables.sin[:80], sin[:80])
+    whole = native(folders["llama"], "q8_0")
+    whole.model.rope.cover(whole.model.rope.positions)
+    assert_same(lazy, prefill(whole, tokens, [0, 1, 2, 3, 4], chunk=24), "rope rows written on the way")

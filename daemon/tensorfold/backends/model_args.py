@@ -68,10 +68,11 @@ def inverse_frequencies(args: ModelArgs, dim: int | None = None) -> np.ndarray:
     return np.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
 
 
-def rope_tables(inv_freq: np.ndarray, max_positions: int) -> tuple[np.ndarray, np.ndarray]:
-    """cos/sin tables (fp32 [max_positions, head_dim]) from inverse frequencies [head_dim/2]:
-    float64 angles (one rounded multiply each) through numpy's float64 cos and sin, which
-    give the C library's values (test_model_args.py checks that on the machine at hand)."""
-    angles = np.outer(np.arange(max_positions, dtype=np.float64), np.asarray(inv_freq, dtype=np.float64))
+def rope_tables(inv_freq: np.ndarray, stop: int, start: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin tables (fp32 [stop - start, head_dim]) of positions start .. stop - 1 from
+    inverse frequencies [head_dim/2]: float64 angles (one rounded multiply each) through
+    numpy's float64 cos and sin, which give the C library's values (test_model_args.py
+    checks that on the machine at hand), so a position's row is the same in any range."""
+    angles = np.outer(np.arange(start, stop, dtype=np.float64), np.asarray(inv_freq, dtype=np.float64))
     angles = np.concatenate((angles, angles), axis=-1)
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)

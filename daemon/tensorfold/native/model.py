@@ -19,12 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backends.model_args import ModelArgs, inverse_frequencies, rope_tables
+from ..backends.model_args import ModelArgs, inverse_frequencies
 from ..checkpoints.errors import CheckpointError
 from ..checkpoints.files import gguf_file, iter_safetensors
 from ..checkpoints.qwen35 import ATTENTION, DELTANET, HybridArgs, hf_weights, split_q_gate
 from ..config import KV_CACHES
 from . import lib, quant
+from .rope import RopeTables
 from .shard import Shard, take_bias, take_rows, take_runs
 
 log = logging.getLogger(__name__)
@@ -155,8 +156,8 @@ class NativeModel:
         m.head = self._weight(w, _HEAD)
         m.norm = self._f32(w["model.norm.weight"])
         m.rot_dim = hybrid.rot_dim if hybrid else a.head_dim
-        cos, sin = rope_tables(inverse_frequencies(a, m.rot_dim), a.max_positions)
-        m.cos, m.sin = self._f32(cos), self._f32(sin)
+        self.rope = RopeTables(inverse_frequencies(a, m.rot_dim), a.max_positions)
+        m.cos, m.sin = self.rope.cos.ctypes.data, self.rope.sin.ctypes.data
         if hybrid is not None:
             m.mrope[:] = hybrid.mrope
             d = m.dn
@@ -309,6 +310,8 @@ class NativeModel:
             raise RuntimeError("allocate_kv first")
         if self.state_bytes() and (state_src is None or self._state is None):
             raise RuntimeError("a hybrid's forward needs allocate_state and each row's state slots")
+        if len(pos):
+            self.rope.cover(int(max(pos.max(), mrope.max() if mrope is not None and mrope.size else 0)) + 1)
         logits = np.empty((len(out_rows), self.struct.vocab), dtype=np.float32)
         i32 = C.c_int32
         extra = lib.Inputs()
