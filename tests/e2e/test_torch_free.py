@@ -1,9 +1,12 @@
 """A real `tensorfold serve` on the default model (a GGUF, on the CPU) never loads torch:
-the native engine, the numpy sampler and rules, and the tokenizer its conversion names.
-Answering with sampling, penalties, logit_bias and a stream leaves libtorch unmapped."""
+the native engine, the numpy sampler and rules, and the tokenizer its conversion names;
+grammars live in the grammar host (grammar/host.py), a process of their own, since
+xgrammar imports torch. Answering with sampling, penalties, logit_bias, a stream, a JSON
+schema and a forced tool call leaves libtorch unmapped in the server."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import openai
@@ -35,8 +38,21 @@ def test_a_cpu_serve_answers_without_loading_torch(default_model):
                 extra_body={"repetition_penalty": 1.1, "top_k": 40, "min_p": 0.05})
             streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
                 model=model, messages=ask, max_tokens=12, temperature=0, stream=True) if c.choices)
+            shaped = client.chat.completions.create(
+                model=model, messages=ask, max_tokens=60, temperature=0,
+                response_format={"type": "json_schema", "json_schema": {"name": "colours", "strict": True, "schema": {
+                    "type": "object", "properties": {"colours": {"type": "array", "items": {"type": "string"},
+                                                                 "minItems": 1, "maxItems": 3}},
+                    "required": ["colours"], "additionalProperties": False}}})
+            tools = [{"type": "function", "function": {"name": "paint", "parameters": {
+                "type": "object", "properties": {"colour": {"type": "string"}}, "required": ["colour"]}}}]
+            called = client.chat.completions.create(model=model, messages=ask, max_tokens=40, temperature=0,
+                                                    tools=tools, tool_choice="required")
         assert greedy.choices[0].message.content and sampled.choices[0].message.content
         assert streamed == greedy.choices[0].message.content
+        assert isinstance(json.loads(shaped.choices[0].message.content)["colours"], list)
+        call = called.choices[0].message.tool_calls[0].function
+        assert call.name == "paint" and isinstance(json.loads(call.arguments)["colour"], str)
         assert _mapped_torch(server.pid) == []
     finally:
         server.terminate()

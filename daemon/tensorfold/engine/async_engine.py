@@ -165,16 +165,18 @@ class AsyncEngine:
                                  lanes=config.parallel or AUTO_LANES)
 
     def grammar_compiler(self, timeout: float | None = None) -> Any:
-        """The grammar compiler for this tokenizer (built on first use, which takes a
-        moment: call it off the event loop; needs xgrammar); `timeout`: seconds one
+        """The grammar compiler for this tokenizer: grammar/remote.py's host, whose process
+        holds xgrammar (and the torch it imports), started here when it is not running,
+        which takes a few seconds: call it off the event loop. `timeout`: seconds one
         compile may take, when given."""
         with self._grammar_lock:
             if self._grammar is None:
-                from ..grammar import GrammarCompiler
+                from ..grammar.remote import GrammarHost
 
-                self._grammar = GrammarCompiler(self.tokenizer, vocab_size=self.runner.vocab_size)
+                self._grammar = GrammarHost(self.tokenizer.folder, vocab_size=self.runner.vocab_size)
             if timeout is not None:
                 self._grammar.timeout = timeout
+            self._grammar.start()
             return self._grammar
 
     def start(self) -> None:

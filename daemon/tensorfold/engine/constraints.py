@@ -8,7 +8,7 @@ each remaining row's logits with the rule for that row's path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -131,13 +131,41 @@ class Edits:
 
 
 def cut_drafts(constraints: Sequence[Constraint], reply: Sequence[int], drafts: list[int]) -> list[int]:
-    """The longest prefix of `drafts` every rule allows after `reply`."""
+    """The longest prefix of `drafts` every rule allows after `reply`: the shortest of each
+    rule's own (a rule's answer depends on the path alone), each rule asked about what the
+    ones before it allowed."""
+    n = len(drafts)
+    for c in constraints:
+        if n == 0:
+            break
+        n = allowed_run(c, reply, drafts[:n])
+    return drafts[:n]
+
+
+def allowed_run(rule: Constraint, reply: Sequence[int], drafts: Sequence[int]) -> int:
+    """How many of `drafts`, in order after `reply`, `rule` allows: its own `allowed_run`
+    where it has one (the grammar host answers it in one exchange), else one `allows` a token."""
+    run = getattr(rule, "allowed_run", None)
+    if run is not None:
+        return run(reply, drafts)
     path = list(reply)
     for i, d in enumerate(drafts):
-        if not all(c.allows(path, d) for c in constraints):
-            return drafts[:i]
+        if not rule.allows(path, d):
+            return i
         path.append(d)
-    return drafts
+    return len(drafts)
+
+
+def ask_ahead(rows: Iterable[tuple[Sequence[Constraint], Sequence[int]]]) -> None:
+    """Rules that answer from another process (the grammar host's, grammar/remote.py) start
+    on the masks of these rows (each row's rules and reply) while the forward runs; their
+    `mask` then takes the answer. A mask depends on its reply alone, so the masks are the
+    same whether asked ahead or not."""
+    for rules, reply in rows:
+        for c in rules:
+            ahead = getattr(c, "ask_ahead", None)
+            if ahead is not None:
+                ahead(reply)
 
 
 def apply(constraints: Sequence[Constraint], reply: Sequence[int], logits: np.ndarray) -> None:

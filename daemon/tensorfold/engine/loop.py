@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from ..backends import thread_mode
 from .cache import BlockCache
 from .constraints import apply as apply_constraints
-from .constraints import cut_drafts, for_shards
+from .constraints import ask_ahead, cut_drafts, for_shards
 from .constraints import replace as replace_token
 from .counters import Counters
 from .drafting import Drafter
@@ -115,18 +115,24 @@ class Engine:
 
     def _loop(self) -> None:
         while not self._stopping:
-            if self.scheduler.idle:
-                self.backend.trim_kv(self.cache.take_trimmable())
-                if self.states is not None:
-                    self.backend.trim_state(self.states.take_trimmable())
-            self._take_inbox(block=self.scheduler.idle)
-            for seq in self.scheduler.drop_aborted():
-                self._release(seq)
-            self._admit()
-            self._sync_counts()
-            plan = self.scheduler.plan()
-            if plan.prefill is not None or plan.decode:
-                self._round(plan)
+            self._step()
+
+    def _step(self) -> None:
+        """Take what came in, then run a round if there is work.  A method of its own so that
+        nothing of the last round (a finished reply's request and its rules: a grammar held in
+        the grammar host) stays referenced while the loop waits for more."""
+        if self.scheduler.idle:
+            self.backend.trim_kv(self.cache.take_trimmable())
+            if self.states is not None:
+                self.backend.trim_state(self.states.take_trimmable())
+        self._take_inbox(block=self.scheduler.idle)
+        for seq in self.scheduler.drop_aborted():
+            self._release(seq)
+        self._admit()
+        self._sync_counts()
+        plan = self.scheduler.plan()
+        if plan.prefill is not None or plan.decode:
+            self._round(plan)
 
     def _take_inbox(self, block: bool) -> None:
         try:
@@ -242,6 +248,8 @@ class Engine:
         if start < snap_at < end:         # a chunk ends where the snapshot is taken (the bits do not change)
             end = snap_at
         seg = self._segment(seq, start, end - start)
+        if end == len(prompt) and seq.request.constraints:
+            ask_ahead([(seq.request.constraints, seq.generated)])
         logits, drawn = self._forward(prompt[start:end], [seg], [end - start - 1], lambda: [(seq, seq.generated)])
         seq.computed = end
         self._register(seq)
@@ -276,6 +284,8 @@ class Engine:
         try:
             tokens = [t for feed in feeds for t in feed]
             segments = [self._segment(s, s.computed, len(f), [s.state, *sc]) for s, f, sc in zip(seqs, feeds, scratch)]
+            ask_ahead((s.request.constraints, s.generated + f[1:j + 1])
+                      for s, f in zip(seqs, feeds) if s.request.constraints for j in range(len(f)))
             logits, drawn = self._forward(tokens, segments, list(range(len(tokens))), lambda: [
                 (s, s.generated + f[1:j + 1]) for s, f in zip(seqs, feeds) for j in range(len(f))])
         except Exception:

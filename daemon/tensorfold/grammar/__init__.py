@@ -1,5 +1,6 @@
 """Structured outputs: specs (spec.py), compiles in worker processes (compile.py, worker.py)
-and the per-request matcher adapter (constraint.py).
+and the per-request matcher adapter (constraint.py), which the server holds in the
+grammar host, a process of its own (host.py; remote.py is the server's side).
 
 xgrammar is optional (pip install 'tensorfold[grammar]'); it is imported only
 when a compiler or constraint is built, so importing this package never needs

@@ -6,7 +6,8 @@ from an LRU cache bounded by count (`cache_size`) and bytes (`cache_bytes`).
 
 Compiles run in `threads` worker processes (worker.py), each fed by its own
 daemon thread here (a slot) and started on a slot's first compile, then kept.
-The server never compiles in its own process, so a grammar can be stopped:
+The process that holds this compiler (the server's grammar host, host.py)
+never compiles a grammar first in its own, so a grammar can be stopped:
 - a compile past `timeout` seconds is killed and fails with GrammarTimeout;
 - equal specs share one compilation, but each `compile_async` call gets its
   own future: cancelling it means that caller left (the API's request task was
@@ -16,7 +17,7 @@ The server never compiles in its own process, so a grammar can be stopped:
   with GrammarBusy (the API answers 429);
 - a worker that took over `recycle_after` (1 s) on a spec is killed afterwards,
   which gives the memory that compile used back to the system, and a worker
-  idle for IDLE_SECONDS is stopped (one holds about 180 MB: xgrammar imports torch);
+  idle for IDLE_SECONDS is stopped (one holds about 280 MB: xgrammar imports torch);
 - `close()` kills every worker and fails whatever is pending, at once; `join()`
   then waits for the slot threads, so none is inside xgrammar when the
   interpreter exits (that aborts the process).
@@ -170,11 +171,9 @@ class GrammarCompiler:
         `think` (engine.types.Think, when the request thinks): the grammar starts
         after the think end, whether the prompt opened the block or the reply
         opens it (a one-token opener) with its first token."""
-        from .constraint import GrammarConstraint
+        from .constraint import GrammarConstraint, start_rule
 
-        if think is None or not (think.inside or think.reply_opener is not None):
-            return GrammarConstraint(compiled)
-        return GrammarConstraint(compiled, start_after=think.close, may_open=think.reply_opener)
+        return GrammarConstraint(compiled, *start_rule(think))
 
     def cached(self, spec: GrammarSpec) -> bool:
         with self._lock:

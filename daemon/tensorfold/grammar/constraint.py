@@ -97,20 +97,22 @@ class GrammarConstraint:
         by default; a slice when the vocabulary is split across devices).
         Columns past the tokenizer's vocabulary are always forbidden.
         """
+        allowed = self.mask_allowed(reply)
+        if allowed is not None:
+            forbid_others(logits, allowed, offset)
+
+    def mask_allowed(self, reply: Sequence[int]) -> np.ndarray | None:
+        """The bool [vocab_size] of the tokens `mask` keeps after `reply`; None before the
+        grammar starts (mask leaves the logits alone). GrammarError when none is allowed."""
         self._sync(reply)
         if self._start is None:
-            return
+            return None
         allowed = self._allowed()                                            # [V] bool, CPU
         if self._may_open_here():
             allowed[self._opener] = True
         if not bool(allowed.any()):
             raise GrammarError(f"the grammar allows no token after reply position {len(self._reply)}")
-        n = logits.shape[-1]
-        keep = np.zeros(n, dtype=bool)
-        hi = min(offset + n, self.vocab_size)
-        if hi > offset:
-            keep[: hi - offset] = allowed[offset:hi]
-        logits[~keep] = -np.inf
+        return allowed
 
     # -- more questions about a reply ----------------------------------------------------
     def check(self, reply: Sequence[int]) -> None:
@@ -230,3 +232,24 @@ class GrammarConstraint:
             return False
         self._reply.append(token)
         return True
+
+
+def forbid_others(logits: np.ndarray, allowed: np.ndarray, offset: int = 0) -> None:
+    """Set to -inf the logits of columns offset .. offset + n - 1 that the bool `allowed`
+    (one per vocabulary id) does not allow; columns past it are forbidden."""
+    n = logits.shape[-1]
+    keep = np.zeros(n, dtype=bool)
+    hi = min(offset + n, len(allowed))
+    if hi > offset:
+        keep[: hi - offset] = allowed[offset:hi]
+    logits[~keep] = -np.inf
+
+
+def start_rule(think: Any) -> tuple[tuple[int, ...], int | None]:
+    """GrammarConstraint's `start_after` and `may_open` for a request that thinks (`think`,
+    engine.types.Think; None when it does not): the grammar starts after the think end,
+    whether the prompt opened the block or the reply opens it (a one-token opener) with
+    its first token; at once otherwise."""
+    if think is None or not (think.inside or think.reply_opener is not None):
+        return (), None
+    return tuple(think.close), think.reply_opener

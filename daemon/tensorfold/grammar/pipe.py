@@ -12,9 +12,14 @@ from typing import IO, Any
 _HEADER = struct.Struct(">Q")
 
 
-def write_message(stream: IO[bytes], message: Any) -> None:
+def frame(message: Any) -> bytes:
+    """A message as written: its 8-byte length, then the pickle."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)) + data)
+    return _HEADER.pack(len(data)) + data
+
+
+def write_message(stream: IO[bytes], message: Any) -> None:
+    stream.write(frame(message))
     stream.flush()
 
 
