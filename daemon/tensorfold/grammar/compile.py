@@ -33,10 +33,8 @@ sent over, serialized. Either way the worker has shown it compiles in time.
 from __future__ import annotations
 
 import inspect
-import os
 import select
 import subprocess
-import sys
 import threading
 import time
 from collections import OrderedDict, deque
@@ -46,7 +44,7 @@ from typing import Any
 
 from .build import build
 from .errors import GrammarBusy, GrammarError, GrammarTimeout, GrammarUnavailable, clean_reason, load_xgrammar
-from .pipe import read_message, write_message
+from .pipe import read_message, start_child, write_message
 from .spec import KINDS, MAX_BLANKS, GrammarSpec, choice_ebnf
 
 __all__ = ["KINDS", "MAX_BLANKS", "GrammarCompiler", "GrammarSpec", "choice_ebnf"]
@@ -54,7 +52,6 @@ __all__ = ["KINDS", "MAX_BLANKS", "GrammarCompiler", "GrammarSpec", "choice_ebnf
 RECYCLE_AFTER = 1.0           # seconds: a worker that took this long on a spec is replaced afterwards
 IDLE_SECONDS = 300.0          # a worker without a compile for this long is stopped (as a model keep-alive)
 START_TIMEOUT = 120.0         # seconds for a new worker to import xgrammar and load the tokenizer
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class _Job:
@@ -332,10 +329,7 @@ class GrammarCompiler:
         self._kill(slot)
         if self._info_json is None:
             self._info_json = self.tokenizer_info.serialize_json()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
-        proc = subprocess.Popen([sys.executable, "-m", "tensorfold.grammar.worker"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        proc = start_child("tensorfold.grammar.worker")
         with self._lock:
             self._procs[slot] = proc
             closed = self._closed

@@ -1,15 +1,28 @@
-"""Messages between the grammar compiler and its workers: each pickled, after its 8-byte length.
+"""The grammar's child processes (the host, the compile workers) and their messages: each
+pickled, after its 8-byte length.
 
-The protocol itself (who sends what, when) is in worker.py's docstring.
+The protocols (who sends what, when) are in host.py's and worker.py's docstrings.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import struct
+import subprocess
+import sys
 from typing import IO, Any
 
 _HEADER = struct.Struct(">Q")
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def start_child(module: str, *args: str, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
+    """`python -m module *args` with pipes on its stdin and stdout, this package importable."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    return subprocess.Popen([sys.executable, "-m", module, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env=env, pass_fds=pass_fds)
 
 
 def frame(message: Any) -> bytes:

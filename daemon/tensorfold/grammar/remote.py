@@ -22,13 +22,12 @@ import itertools
 import os
 import select
 import subprocess
-import sys
 import threading
 import time
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 import numpy as np
@@ -36,13 +35,12 @@ import numpy as np
 from . import errors
 from .constraint import forbid_others, start_rule
 from .errors import GrammarError, GrammarUnavailable
-from .pipe import read_message, write_message
+from .pipe import read_message, start_child, write_message
 
 IDLE_SECONDS = 120.0            # the host is stopped after this long with nothing held or asked
 EARLY_KEPT = 32                 # masks read before they were wanted, kept per constraint
 ENDED = "the grammar process ended (out of memory?)"
 START_TIMEOUT = 120.0           # seconds for the host to import xgrammar and load the tokenizer
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _settle(answer: tuple[Any, ...]) -> Any:
@@ -55,9 +53,11 @@ def _settle(answer: tuple[Any, ...]) -> Any:
 
 def _error(name: str, message: str, reason: str) -> GrammarError:
     """The host's error as the GrammarError class it named."""
-    cls = getattr(errors, name, GrammarError)
-    exc = cls.__new__(cls if isinstance(cls, type) and issubclass(cls, GrammarError) else GrammarError)
-    GrammarError.__init__(exc, message, reason)
+    cls = getattr(errors, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, GrammarError)):
+        cls = GrammarError
+    exc = cls.__new__(cls)
+    GrammarError.__init__(exc, message, reason)     # their own __init__ takes other arguments
     return exc
 
 
@@ -196,14 +196,13 @@ class GrammarHost:
             self._last = time.monotonic()
 
         def answered(f: Future[Any]) -> None:
-            if f.exception() is not None:
-                if not outer.done():
-                    outer.set_exception(f.exception())
-                return
-            handle = _Compiled(self, run, cid)
+            exc = f.exception()
             try:
-                outer.set_result(handle)
-            except Exception:                  # the caller left meanwhile: nobody takes it
+                if exc is not None:
+                    outer.set_exception(exc)
+                else:
+                    outer.set_result(_Compiled(self, run, cid))
+            except InvalidStateError:          # the caller left meanwhile (`left` told the host)
                 pass
 
         def left(f: Future[Any]) -> None:
@@ -322,12 +321,9 @@ class GrammarHost:
                     raise GrammarError("the grammar compiler is closed")
                 if self._run is not None and self._run.alive:
                     return self._run
-            env = dict(os.environ)
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
             answers, theirs = os.pipe()
             try:
-                proc = subprocess.Popen([sys.executable, "-m", "tensorfold.grammar.host", "--calls", str(theirs)],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, pass_fds=(theirs,))
+                proc = start_child("tensorfold.grammar.host", "--calls", str(theirs), pass_fds=(theirs,))
             finally:
                 os.close(theirs)
             run = _Process(proc, os.fdopen(answers, "rb"))
