@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import logging
 import os
 import select
 import subprocess
@@ -36,6 +37,8 @@ from . import errors
 from .constraint import forbid_others, start_rule
 from .errors import GrammarError, GrammarUnavailable
 from .pipe import read_message, start_child, write_message
+
+log = logging.getLogger(__name__)
 
 IDLE_SECONDS = 120.0            # the host is stopped after this long with nothing held or asked
 EARLY_KEPT = 32                 # masks read before they were wanted, kept per constraint
@@ -349,6 +352,7 @@ class GrammarHost:
                 self._wake.notify_all()
                 self._threads = [t for t in self._threads if t.is_alive()] + [reader]
             reader.start()
+            log.info("grammar host started (pid %d)", proc.pid)
             return run
 
     def _read(self, run: _Process) -> None:
@@ -411,6 +415,7 @@ class GrammarHost:
                 run = self._run
                 quiet = time.monotonic() - self._last
                 if run is not None and not self._held and not run.pending and quiet >= self.idle:
+                    log.info("grammar host stopped after %.0f s unused (pid %d)", quiet, run.proc.pid)
                     self._run = None
                     self._lock.release()
                     try:
