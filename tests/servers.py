@@ -70,3 +70,15 @@ def serve_default(*args: str) -> tuple[Any, str]:
             return server, found.group(1)
     server.kill()
     raise AssertionError(f"the server did not start: {server.stderr.read()[-3000:]}")
+
+
+def wait_for(predicate: Any, timeout: float = 5.0) -> bool:
+    """Whether `predicate()` came true within `timeout` seconds (polled every 20 ms)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False

@@ -6,8 +6,6 @@ each Request and fails on request.
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import openai
 import pytest
@@ -15,6 +13,7 @@ import pytest
 from tensorfold.engine.sampler import derive_seed
 from tensorfold.engine.types import Priority
 from tests.api.api_helpers import CHAT, COMPLETIONS, HELLO, assert_envelope, sse_events
+from tests.servers import wait_for
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
                                            "parameters": {"type": "object",
@@ -143,15 +142,6 @@ def test_openai_client_raises_on_stream_error_event(fake_client):
             pass
 
 
-def _wait_for(predicate, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def test_stream_disconnect_aborts_the_engine_request(fake_server):
     engine = fake_server.engine
     before = len(engine.requests)
@@ -163,7 +153,7 @@ def test_stream_disconnect_aborts_the_engine_request(fake_server):
             next(line for line in lines if '"content":"."' in line)     # tokens are flowing
     assert len(engine.requests) == before + 1
     rid = engine.requests[before].id
-    assert _wait_for(lambda: rid in engine.aborted), "closing the stream did not abort the request"
+    assert wait_for(lambda: rid in engine.aborted), "closing the stream did not abort the request"
     assert rid not in engine.finished
 
 
@@ -174,6 +164,6 @@ def test_whole_request_disconnect_aborts_the_engine_request(fake_server):
     with httpx.Client(base_url=fake_server.url, timeout=0.3) as http:
         with pytest.raises(httpx.ReadTimeout):
             http.post(CHAT, json=body)
-    assert _wait_for(lambda: len(engine.requests) > before)
+    assert wait_for(lambda: len(engine.requests) > before)
     rid = engine.requests[before].id
-    assert _wait_for(lambda: rid in engine.aborted), "a closed connection did not abort the request"
+    assert wait_for(lambda: rid in engine.aborted), "a closed connection did not abort the request"

@@ -17,6 +17,7 @@ pytest.importorskip("xgrammar")
 from tensorfold.engine.types import Think
 from tensorfold.grammar import GrammarBusy, GrammarCompiler, GrammarError, GrammarSpec, GrammarTimeout
 from tensorfold.grammar.remote import GrammarHost
+from tests.servers import wait_for
 from tests.unit.test_grammar import REGEX, SCHEMA
 
 
@@ -111,15 +112,6 @@ def test_errors_keep_their_kind(tok, host):
         host.timeout = budget
 
 
-def wait_for(check, seconds: float = 20.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_the_host_stops_when_idle_and_starts_again(tok):
     h = GrammarHost(tok.folder, tok.vocab_size, idle=0.5)
     try:
@@ -130,8 +122,8 @@ def test_the_host_stops_when_idle_and_starts_again(tok):
         assert h.host_pid() == first                        # a constraint holds it
         assert c.allows(tok.encode("ab"), tok.encode("@")[0])
         del c
-        assert wait_for(lambda: h.host_pid() is None)       # nothing held: stopped
-        assert wait_for(lambda: not _alive(first))
+        assert wait_for(lambda: h.host_pid() is None, timeout=20)       # nothing held: stopped
+        assert wait_for(lambda: not _alive(first), timeout=20)
         c = h.constraint(spec)                              # started again for the next grammar
         assert h.host_pid() not in (None, first)
         assert c.allows([], tok.encode("ab")[0])
@@ -176,7 +168,7 @@ def test_close_stops_the_host_and_fails_what_waits(tok):
     h.join()
     with pytest.raises(GrammarError):
         pending.result(timeout=10)
-    assert wait_for(lambda: not _alive(pid))
+    assert wait_for(lambda: not _alive(pid), timeout=20)
     with pytest.raises(GrammarError, match="closed"):
         h.compile(GrammarSpec.of("regex", REGEX))
 
@@ -198,6 +190,6 @@ def test_a_finished_reply_leaves_the_host_free_to_stop(default_model, tok):
         sha, result = run_one(engine, prompt, True, 24, SamplingParams(temperature=0.0),
                               (host.constraint(GrammarSpec.of("regex", REGEX)),))
         assert result.tokens > 0
-        assert wait_for(lambda: host.host_pid() is None)
+        assert wait_for(lambda: host.host_pid() is None, timeout=20)
     finally:
         engine.stop()

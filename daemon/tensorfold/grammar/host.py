@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import sys
 import threading
 from collections import deque
@@ -53,7 +52,7 @@ import numpy as np
 
 from ..engine.constraints import allowed_run
 from .errors import GrammarError
-from .pipe import frame, read_message, write_message
+from .pipe import child_streams, frame, read_message, write_message
 from .spec import GrammarSpec
 
 SETTINGS = ("timeout", "max_pending")          # what "set" may change on the compiler
@@ -221,11 +220,7 @@ class Answers:
 
 
 def main() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    inp = sys.stdin.buffer
-    out = os.fdopen(os.dup(1), "wb")          # the answer pipe; stray writes to fd 1 go to stderr
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    inp, out = child_streams()
     lock = threading.Lock()
 
     def send(message: tuple[Any, ...]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import struct
 import subprocess
 import sys
@@ -15,6 +16,17 @@ from typing import IO, Any
 
 _HEADER = struct.Struct(">Q")
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def child_streams() -> tuple[IO[bytes], IO[bytes]]:
+    """In a child (the host, a compile worker): its input, and its answer stream on what was
+    fd 1. SIGINT is ignored (a Ctrl-C reaches the whole process group; the parent decides
+    when its children end), and stray writes to fd 1 go to stderr."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return sys.stdin.buffer, out
 
 
 def start_child(module: str, *args: str, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:

@@ -25,15 +25,13 @@ from __future__ import annotations
 
 import os
 import queue
-import signal
-import sys
 import threading
 import time
 from typing import Any
 
 from .build import build
 from .errors import GrammarError, clean_reason, load_xgrammar
-from .pipe import read_message, write_message
+from .pipe import child_streams, read_message, write_message
 from .spec import LABELS
 
 LOCAL_SECONDS = 1.0     # a spec that compiled faster is compiled again by the parent, not sent
@@ -52,11 +50,7 @@ def answer(xgc: Any, kind: str, text: str) -> tuple[str, ...]:
 
 
 def main() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    inp = sys.stdin.buffer
-    out = os.fdopen(os.dup(1), "wb")          # the answer pipe; stray writes to fd 1 go to stderr
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    inp, out = child_streams()
     try:
         info_json = read_message(inp)
     except EOFError:
