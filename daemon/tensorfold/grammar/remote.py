@@ -389,18 +389,28 @@ class GrammarHost:
         self._end(run, kill=True)
 
     def _end(self, run: _Process, kill: bool = False) -> None:
-        """Close the host's stdin (it exits, ending its compile workers) and reap it."""
+        """End the host and reap it: killed, or (`kill` False) by closing its stdin, which it
+        exits on after stopping its compile workers (a killed host's workers see their own
+        stdin close). Its pipes are closed after it ended: a thread blocked on one of them
+        (writing a message, reading an answer) has its error or end of file by then."""
         run.alive = False
-        for pipe in (run.proc.stdin, run.calls):
+        if kill:
+            run.proc.kill()
+        else:
             try:
-                pipe.close()
+                run.proc.stdin.close()
             except OSError:
                 pass
         try:
-            run.proc.wait(timeout=0 if kill else 5)
+            run.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             run.proc.kill()
             run.proc.wait()
+        for pipe in (run.proc.stdin, run.calls):
+            try:
+                pipe.close()
+            except (OSError, ValueError):
+                pass
         with self._lock:
             waiting = list(run.pending.values())
             run.pending.clear()
