@@ -108,8 +108,6 @@ class GrammarConstraint:
         if self._start is None:
             return None
         allowed = self._allowed()                                            # [V] bool, CPU
-        if self._may_open_here():
-            allowed[self._opener] = True
         if not bool(allowed.any()):
             raise GrammarError(f"the grammar allows no token after reply position {len(self._reply)}")
         return allowed
@@ -134,21 +132,22 @@ class GrammarConstraint:
         self._sync(reply)
         if self._start is None:
             return np.ones(self.vocab_size, dtype=bool)
-        allowed = self._allowed()
-        if self._may_open_here():
-            allowed[self._opener] = True
-        return allowed
+        return self._allowed()
 
     # -- internals -----------------------------------------------------------------------
     def _allowed(self) -> np.ndarray:
-        """A new bool [vocab_size] of the tokens the matcher allows next."""
+        """A new bool [vocab_size] of the tokens allowed next: the matcher's, and the think
+        opener where the reply may open its block with it (`may_open`)."""
         if self._m.is_terminated():
             allowed = np.zeros(self.vocab_size, dtype=bool)
             allowed[list(self._stops)] = True
-            return allowed
-        self._m.fill_next_token_bitmask(self._bitmask)
-        words = self._bitmask[0].numpy().astype("<i4")                        # [W]: token 32w + j is bit j
-        return np.unpackbits(words.view(np.uint8), bitorder="little")[: self.vocab_size].astype(bool)
+        else:
+            self._m.fill_next_token_bitmask(self._bitmask)
+            words = self._bitmask[0].numpy().astype("<i4")                    # [W]: token 32w + j is bit j
+            allowed = np.unpackbits(words.view(np.uint8), bitorder="little")[: self.vocab_size].astype(bool)
+        if self._may_open_here():
+            allowed[self._opener] = True
+        return allowed
 
     def _sync(self, reply: Sequence[int]) -> None:
         """Make the matcher's path equal `reply`: roll back what differs, accept the rest."""

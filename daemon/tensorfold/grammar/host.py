@@ -59,11 +59,11 @@ SETTINGS = ("timeout", "max_pending")          # what "set" may change on the co
 CALLS = ("allows", "allowed_run", "mask_allowed", "allowed_tokens", "check", "started", "is_complete")
 
 
-def failure(rid: int, exc: BaseException) -> tuple[Any, ...]:
-    """The answer for an error: a GrammarError's class, message and reason (else GrammarError's)."""
+def failure(exc: BaseException) -> tuple[Any, ...]:
+    """An error as answered: a GrammarError's class, message and reason (else GrammarError's)."""
     if isinstance(exc, GrammarError):
-        return (rid, "failed", type(exc).__name__, str(exc), exc.reason)
-    return (rid, "failed", "GrammarError", f"the grammar host failed: {exc}", str(exc))
+        return ("failed", type(exc).__name__, str(exc), exc.reason)
+    return ("failed", "GrammarError", f"the grammar host failed: {exc}", str(exc))
 
 
 def pack(allowed: np.ndarray | None) -> bytes | None:
@@ -95,13 +95,13 @@ class Host:
                 getattr(self, "op_" + op)(rid, *args)
             except Exception as exc:                  # a bug here fails that request, not the host
                 if rid:
-                    self.send(failure(rid, exc))
+                    self.send((rid, *failure(exc)))
 
     def op_compile(self, rid: int, kind: str, text: str) -> None:
         try:
             fut = self.compiler.compile_async(GrammarSpec(kind, text))
         except GrammarError as exc:
-            self.send(failure(rid, exc))
+            self.send((rid, *failure(exc)))
             return
         with self.lock:
             self.waiting[rid] = fut
@@ -115,7 +115,7 @@ class Host:
                 return
         exc = fut.exception()
         if exc is not None:
-            self.send(failure(rid, exc))
+            self.send((rid, *failure(exc)))
             return
         with self.lock:
             self.compiled[rid] = fut.result()
@@ -167,7 +167,7 @@ class Host:
             else:
                 value = getattr(c, method)(reply)
         except Exception as exc:
-            self.answer(failure(rid, exc)[1:])
+            self.answer(failure(exc))
             return
         self.answer(("ok", value))
 
@@ -241,7 +241,7 @@ def main() -> None:
     try:
         compiler = GrammarCompiler(Tokenizer(folder), vocab_size=vocab_size, **settings)
     except Exception as exc:
-        send(failure(0, exc)[1:])
+        send(failure(exc))
         os._exit(0)
     send(("ready",))
     Host(compiler, send, answers.put).serve(inp)

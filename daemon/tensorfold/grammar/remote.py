@@ -240,20 +240,16 @@ class GrammarHost:
         mask asked for ahead is taken from the pipe (answers asked before it kept for later)."""
         key = tuple(reply)
         with self._calling:
-            if method == "mask_allowed":
-                early = self._early.get(c.nid)
-                if early is not None and key in early:
-                    return _settle(early.pop(key))
-                if (c.run, c.nid, key) in self._ahead:
-                    while True:
-                        asked = self._ahead.popleft()
-                        answer = self._answer(asked[0])
-                        if asked == (c.run, c.nid, key):
-                            return _settle(answer)
-                        self._keep_early(asked, answer)
+            mine = (c.run, c.nid, key) if method == "mask_allowed" else None
+            early = self._early.get(c.nid)
+            if mine and early is not None and key in early:
+                return _settle(early.pop(key))
             while self._ahead:                  # answers come in the order asked
                 asked = self._ahead.popleft()
-                self._keep_early(asked, self._answer(asked[0]))
+                answer = self._answer(asked[0])
+                if asked == mine:
+                    return _settle(answer)
+                self._keep_early(asked, answer)
             if not c.run.alive:
                 raise GrammarError(ENDED)
             self._last = time.monotonic()
@@ -300,9 +296,12 @@ class GrammarHost:
         except (OSError, ValueError):          # it ended: the reader fails what waits on it
             self._ended(run)
 
-    def _held_one(self) -> None:
+    def _hold(self, holder: Any, run: _Process, op: str, ident: int) -> None:
+        """Count `holder` (a compiled handle, or a constraint) as held until it is gone, and
+        then tell `run` (op "forget" or "drop" `ident`)."""
         with self._lock:
             self._held += 1
+        weakref.finalize(holder, self._release, run, op, ident)
 
     def _release(self, run: _Process, op: str, ident: int) -> None:
         """A handle (op "forget") or constraint ("drop") is gone (a finalizer: no I/O here)."""
@@ -442,8 +441,7 @@ class _Compiled:
 
     def __init__(self, host: GrammarHost, run: _Process, cid: int) -> None:
         self.host, self.run, self.cid = host, run, cid
-        host._held_one()
-        weakref.finalize(self, host._release, run, "forget", cid)
+        host._hold(self, run, "forget", cid)
 
 
 class RemoteConstraint:
@@ -459,8 +457,7 @@ class RemoteConstraint:
         self.vocab_size = int(vocab_size)
         self.stop_token_ids = tuple(stop_token_ids)
         self._sent: list[int] = []             # the reply the host last synced to
-        host._held_one()
-        weakref.finalize(self, host._release, run, "drop", nid)
+        host._hold(self, run, "drop", nid)
 
     def delta(self, method: str, reply: Sequence[int], arg: Any) -> tuple[Any, ...]:
         """A "call" message's arguments: what `reply` keeps of the last one sent, and the rest."""
