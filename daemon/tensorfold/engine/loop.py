@@ -284,10 +284,13 @@ class Engine:
         try:
             tokens = [t for feed in feeds for t in feed]
             segments = [self._segment(s, s.computed, len(f), [s.state, *sc]) for s, f, sc in zip(seqs, feeds, scratch)]
-            ask_ahead((s.request.constraints, s.generated + f[1:j + 1])
-                      for s, f in zip(seqs, feeds) if s.request.constraints for j in range(len(f)))
-            logits, drawn = self._forward(tokens, segments, list(range(len(tokens))), lambda: [
-                (s, s.generated + f[1:j + 1]) for s, f in zip(seqs, feeds) for j in range(len(f))])
+
+            def rows() -> list[tuple[Sequence, list[int]]]:     # each row's sequence and its reply before it
+                return [(s, s.generated + f[1:j + 1]) for s, f in zip(seqs, feeds) for j in range(len(f))]
+
+            if any(s.request.constraints for s in seqs):
+                ask_ahead((s.request.constraints, reply) for s, reply in rows() if s.request.constraints)
+            logits, drawn = self._forward(tokens, segments, list(range(len(tokens))), rows)
         except Exception:
             if self.states is not None:
                 self.states.give([slot for sc in scratch for slot in sc])
