@@ -228,7 +228,8 @@ def test_tokenizer_without_model_config_is_transformers_own(converted: dict, arc
     config: the same class, ids, special tokens and template."""
     from transformers import AutoTokenizer
 
-    from tensorfold.checkpoints.tokenizer import BUILD_INPUTS, Tokenizer, _declared_class_config
+    from tensorfold.checkpoints.hf_tokenizer import BUILD_INPUTS, _declared_class_config
+    from tensorfold.checkpoints.tokenizer import Tokenizer
 
     folder, _ = converted[arch]
     config = json.loads((folder / "config.json").read_text())
@@ -248,6 +249,12 @@ def test_tokenizer_without_model_config_is_transformers_own(converted: dict, arc
         (full.bos_token_id, full.eos_token_id, full.all_special_ids)
     chat = [{"role": "user", "content": "hi"}]
     assert ours.apply_chat_template(chat, tokenize=False) == full.apply_chat_template(chat, tokenize=False)
+    # the server's own tokenizer (transformers' resolved pipeline, without transformers) agrees
+    served = Tokenizer(folder)
+    assert served.encode(text) == full.encode(text) and served.decode(ids) == full.decode(ids)
+    assert served.convert_ids_to_tokens(ids) == full.convert_ids_to_tokens(ids)
+    assert served.render_chat(chat) == full.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    assert (served.vocab_size, served.bos_token_id) == (len(full), full.bos_token_id)
 
 
 @pytest.mark.parametrize("arch, cls", [("llama", "TokenizersBackend"), ("qwen2", "Qwen2Tokenizer")])
@@ -268,7 +275,8 @@ def test_an_older_conversion_records_its_tokenizer_class_on_first_load(converted
     load is direct (no torch)."""
     import shutil
 
-    from tensorfold.checkpoints.tokenizer import UNRESOLVED_CLASS, Tokenizer
+    from tensorfold.checkpoints.hf_tokenizer import UNRESOLVED_CLASS
+    from tensorfold.checkpoints.tokenizer import Tokenizer
 
     source, _ = converted["qwen2"]
     folder = tmp_path / "old"
@@ -286,7 +294,7 @@ def test_an_older_conversion_records_its_tokenizer_class_on_first_load(converted
 
 def test_tokenizer_config_needs_the_model_config(tmp_path: Path) -> None:
     """No declared class, or remote code: AutoTokenizer reads the full config ({})."""
-    from tensorfold.checkpoints.tokenizer import _declared_class_config
+    from tensorfold.checkpoints.hf_tokenizer import _declared_class_config
 
     config = {"model_type": "llama"}
     assert _declared_class_config(tmp_path, config) == {}
@@ -514,3 +522,4 @@ def test_real_default_model_tokenizer() -> None:
         "<|im_start|>assistant\n"
     )
     assert tok.vocab_size == 49152 and read_config(folder)["model_type"] == "llama"
+

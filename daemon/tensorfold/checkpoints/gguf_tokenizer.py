@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError
-from .tokenizer import UNRESOLVED_CLASS, record_resolved_class
+from .hf_tokenizer import UNRESOLVED_CLASS, record_resolved_class
 
 log = logging.getLogger(__name__)
 

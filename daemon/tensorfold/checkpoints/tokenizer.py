@@ -1,24 +1,26 @@
-"""The tokenizer and chat template of a model folder.
+"""The tokenizer and chat template of a model folder, as the server uses them.
 
-A thin wrapper over a transformers tokenizer, loaded from local files only
-(never the hub): the class a folder converted from a GGUF names (the one
-AutoTokenizer resolved for it, recorded at conversion or on an older
-conversion's first load), else whatever ``AutoTokenizer`` picks.  ``hf`` exposes the underlying tokenizer
-for callers that need more (incremental detokenization, offsets).
+What transformers resolves for the folder (its pipeline, special tokens and template:
+tokenizer_spec.py, worked out once in a child process) is served here without
+transformers: a byte-level BPE from compact tables (bpe.py), any other pipeline by the
+Rust tokenizers library, and the template by chat_template.py's renderer.  ``hf`` loads
+the transformers tokenizer itself on first use, for callers that need it (xgrammar in the
+grammar host, the vision encoder).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Iterable, Sequence
+from functools import cached_property
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
+from .bpe import BytePairs
+from .chat_template import pick_template, render
 from .errors import CheckpointError, TemplateError
-from .files import GGUF_FILE
+from .tokenizer_spec import tokenizer_spec
 
 log = logging.getLogger(__name__)
 
@@ -48,80 +50,36 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _declared_class_config(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
-    """AutoTokenizer's `config` argument where tokenizer_config.json names the class (and no
-    remote code): the model type (of `config`, the folder's config.json) and the folder, all
-    it reads of the model's config then, so it does not build the model's config class (for
-    Llama, that imports transformers' model loading, torch.distributed and sympy: 49 MiB and
-    0.9 s on SmolLM2).  {} otherwise."""
-    declared = _read_json(folder / "tokenizer_config.json")
-    if not isinstance(declared.get("tokenizer_class"), str) or "auto_map" in declared:
-        return {}
-    model_type = config.get("model_type")
-    return {"config": SimpleNamespace(model_type=model_type if isinstance(model_type, str) else None,
-                                      _name_or_path=str(folder))}
+def _clean_up_spaces(text: str) -> str:
+    """transformers' clean_up_tokenization (for a pipeline whose config asks for it)."""
+    for old, new in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+                     (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+        text = text.replace(old, new)
+    return text
 
 
-# What some transformers tokenizer classes keep after building their Rust tokenizer from
-# it: Qwen2Tokenizer keeps its vocabulary and 151k merges as Python objects (60 MiB).
-# The Rust tokenizer holds its own copy, and nothing the server calls reads these again
-# (transformers reads them only to build, or to save a vocabulary file).
-BUILD_INPUTS = ("_vocab", "_merges")
+class RustPipeline:
+    """Any other pipeline, by the Rust tokenizers library (the API of bpe.BytePairs)."""
 
+    def __init__(self, text: str, clean_up_spaces: bool) -> None:
+        from tokenizers import Tokenizer as RustTokenizer
 
-def _release_build_inputs(hf: Any) -> None:
-    """Drop BUILD_INPUTS from a tokenizer backed by a Rust one (`tokenizers.Tokenizer`)."""
-    from tokenizers import Tokenizer as RustTokenizer
+        self._t = RustTokenizer.from_str(text)
+        self._clean = clean_up_spaces
+        self.special_ids = frozenset(i for i, t in self._t.get_added_tokens_decoder().items() if t.special)
 
-    if isinstance(getattr(hf, "_tokenizer", None), RustTokenizer):
-        for name in BUILD_INPUTS:
-            vars(hf).pop(name, None)
+    def __len__(self) -> int:
+        return self._t.get_vocab_size(with_added_tokens=True)
 
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self._t.encode(text, add_special_tokens=add_special_tokens).ids
 
-def auto_tokenizer(folder: Path) -> Any:
-    """transformers' AutoTokenizer on the folder (its model type from config.json)."""
-    from transformers import AutoTokenizer
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        text = self._t.decode(ids, skip_special_tokens=skip_special_tokens)
+        return _clean_up_spaces(text) if self._clean else text
 
-    config = _read_json(folder / "config.json")
-    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, **_declared_class_config(folder, config))
-
-
-# The class every GGUF conversion named before the resolved one was recorded.
-UNRESOLVED_CLASS = "PreTrainedTokenizerFast"
-
-
-def record_resolved_class(folder: Path) -> Any:
-    """AutoTokenizer's tokenizer for a folder converted from a GGUF, its class written into the
-    folder's tokenizer_config.json (one file replaced whole; a read-only folder keeps its own)."""
-    hf = auto_tokenizer(folder)
-    path = folder / "tokenizer_config.json"
-    cfg = {**_read_json(path), "tokenizer_class": type(hf).__name__}
-    scratch = path.with_name(f".{path.name}.{os.getpid()}")
-    try:
-        scratch.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(scratch, path)
-    except OSError as exc:
-        log.debug("could not record the tokenizer class in %s: %s", path, exc)
-        scratch.unlink(missing_ok=True)
-    return hf
-
-
-def _load(folder: Path) -> Any:
-    """The folder's transformers tokenizer.  A folder converted from a GGUF names the class
-    AutoTokenizer resolved for it (the conversion, or the first load of an older conversion,
-    records it), which loads directly: AutoTokenizer's module imports transformers' model
-    configuration, and with it torch (220 MiB), which the CPU engine otherwise never imports."""
-    if not ((folder / GGUF_FILE).is_symlink() or (folder / GGUF_FILE).is_file()):
-        return auto_tokenizer(folder)
-    declared = _read_json(folder / "tokenizer_config.json").get("tokenizer_class")
-    if declared == UNRESOLVED_CLASS or not isinstance(declared, str):
-        return record_resolved_class(folder)
-    import transformers
-
-    cls = getattr(transformers, declared, None)
-    if cls is None or not hasattr(cls, "from_pretrained"):
-        return auto_tokenizer(folder)
-    return cls.from_pretrained(str(folder), local_files_only=True)
+    def id_to_token(self, i: int) -> str | None:
+        return self._t.id_to_token(i)
 
 
 class Tokenizer:
@@ -130,42 +88,72 @@ class Tokenizer:
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
         config = _read_json(self.folder / "config.json")
+        spec = tokenizer_spec(self.folder)
         try:
-            self.hf: Any = _load(self.folder)
+            self.codec: BytePairs | RustPipeline = BytePairs.load(spec["tokenizer"]) or \
+                RustPipeline(spec["tokenizer"], spec["clean_up_spaces"])
         except Exception as exc:
             raise CheckpointError(f"could not load the tokenizer from {self.folder}: {exc}") from exc
-        _release_build_inputs(self.hf)
-        eos = _ids(self.hf.eos_token_id)
+        self.special_tokens: dict[str, str] = spec["special_tokens"]
+        self.chat_template_source: str | dict[str, str] | None = spec["chat_template"]
+        eos = _ids(spec["eos_token_id"])
         eos |= _ids(_read_json(self.folder / "generation_config.json").get("eos_token_id"))
         eos |= _ids(config.get("eos_token_id"))
         self.eos_token_ids: frozenset[int] = frozenset(eos)
-        bos = self.hf.bos_token_id
+        bos = spec["bos_token_id"]
         self.bos_token_id: int | None = int(bos) if isinstance(bos, int) else None
-        self.vocab_size: int = len(self.hf)
-        vocab = self.hf.get_vocab()
-        # the ids of the first FIM spelling the vocabulary has whole, or None
-        self.fim_ids: tuple[int, int, int] | None = next(
-            (tuple(vocab[t] for t in names) for names in FIM_TOKENS if all(t in vocab for t in names)), None)
+        self.vocab_size: int = int(spec["length"])
+        self.special_ids: frozenset[int] = self.codec.special_ids
+        self.fim_ids = self._fim_ids()
         if not self.eos_token_ids:
             log.warning("tokenizer in %s names no end-of-sequence token", self.folder)
 
+    def _single(self, token: str) -> int | None:
+        """The id spelled `token`, if one is."""
+        ids = self.codec.encode(token)
+        return ids[0] if len(ids) == 1 and self.codec.id_to_token(ids[0]) == token else None
+
+    def _fim_ids(self) -> tuple[int, int, int] | None:
+        """The ids of the first FIM spelling the vocabulary has whole, or None."""
+        for names in FIM_TOKENS:
+            ids = [self._single(t) for t in names]
+            if None not in ids:
+                return ids[0], ids[1], ids[2]
+        return None
+
+    @cached_property
+    def hf(self) -> Any:
+        """The folder's transformers tokenizer (loaded on first use; the server never needs it)."""
+        from .hf_tokenizer import hf_tokenizer
+
+        return hf_tokenizer(self.folder)
+
     @property
     def chat_template(self) -> str:
-        template = getattr(self.hf, "chat_template", None)
+        template = self.chat_template_source
         return template if isinstance(template, str) else ""
+
+    @chat_template.setter
+    def chat_template(self, source: str) -> None:
+        self.chat_template_source = source
 
     @property
     def has_chat_template(self) -> bool:
-        return bool(getattr(self.hf, "chat_template", None))
+        return bool(self.chat_template_source)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        return list(self.hf.encode(text, add_special_tokens=add_special_tokens))
+        return self.codec.encode(text, add_special_tokens=add_special_tokens)
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
-        return str(self.hf.decode(list(ids), skip_special_tokens=skip_special_tokens))
+        return self.codec.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
-    def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
-        return list(self.hf.convert_ids_to_tokens(list(ids)))
+    def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str | None]:
+        return [self.codec.id_to_token(int(i)) for i in ids]
+
+    def same_vocabulary(self, other: Tokenizer) -> bool:
+        """Whether both spell every id alike."""
+        return len(self.codec) == len(other.codec) and all(
+            self.codec.id_to_token(i) == other.codec.id_to_token(i) for i in range(len(self.codec)))
 
     def render_chat(
         self,
@@ -180,18 +168,13 @@ class Tokenizer:
         template refuses the conversation (``raise_exception`` in Jinja,
         missing keys, bad roles...), with the template's own message.
         """
-        if not self.has_chat_template:
+        source = pick_template(self.chat_template_source, tools)
+        if not source:
             raise TemplateError(f"the model in {self.folder} has no chat template; use the completions endpoint")
         from jinja2 import TemplateError as JinjaTemplateError
 
         try:
-            rendered = self.hf.apply_chat_template(
-                messages,
-                tools=tools,
-                add_generation_prompt=add_generation_prompt,
-                tokenize=False,
-                **template_kwargs,
-            )
+            rendered = render(source, messages, tools, add_generation_prompt, self.special_tokens, **template_kwargs)
         except JinjaTemplateError as exc:
             raise TemplateError(f"chat template error: {exc.message or exc}") from exc
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:

@@ -100,7 +100,7 @@ class AsyncEngine:
         self.model_name = folder.name
         self.tokenizer = Tokenizer(folder)
         if config.chat_template:
-            self.tokenizer.hf.chat_template = config.chat_template
+            self.tokenizer.chat_template = config.chat_template
         self.runner = make_runner(folder, config)
         self.vision = self._vision(folder, config)
         lanes = config.parallel or AUTO_LANES
@@ -155,7 +155,7 @@ class AsyncEngine:
         """Load --draft-model; refuse it unless it shares the target's tokenizer."""
         folder = resolve_model(config.draft_model)
         tokenizer = Tokenizer(folder)
-        if tokenizer.hf.get_vocab() != self.tokenizer.hf.get_vocab() or \
+        if not tokenizer.same_vocabulary(self.tokenizer) or \
                 tokenizer.eos_token_ids != self.tokenizer.eos_token_ids:
             raise CheckpointError(f"--draft-model {folder.name} does not use the tokenizer of "
                                   f"{self.model_name}; a draft model must share its target's tokenizer")

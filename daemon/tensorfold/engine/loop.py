@@ -84,7 +84,7 @@ class Engine:
         self._thread.join(timeout=30)
 
     def submit(self, request: Request, emit: Callable[[Delta], None]) -> Sequence:
-        text = ReplyText(self.tokenizer.hf, request.stop, skip_special_tokens=not request.ignore_eos)
+        text = ReplyText(self.tokenizer, request.stop, skip_special_tokens=not request.ignore_eos)
         seq = Sequence(request=request, emit=emit, text=text, eos_ids=self.tokenizer.eos_token_ids)
         self._inbox.put(seq)
         return seq

@@ -87,11 +87,14 @@ def _skipped_special_ids(tokenizer: Any) -> frozenset[int]:
     except (KeyError, TypeError):
         pass
     ids: frozenset[int] = frozenset()
+    special = getattr(tokenizer, "special_ids", None)          # tensorfold's Tokenizer
     try:
-        added = tokenizer.added_tokens_decoder
-    except Exception:  # not a Hugging Face tokenizer: rely on decode alone
+        added = tokenizer.added_tokens_decoder if special is None else None
+    except Exception:  # neither: rely on decode alone
         added = None
-    if isinstance(added, dict):
+    if isinstance(special, frozenset):
+        ids = special
+    elif isinstance(added, dict):
         ids = frozenset(int(i) for i, tok in added.items() if getattr(tok, "special", False))
     try:
         _SKIPPED_IDS[tokenizer] = ids

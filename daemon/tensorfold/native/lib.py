@@ -89,6 +89,8 @@ _SIGNATURES = {
     "tf_rms_norm": (None, [_f32p, _f32p, C.c_float, C.c_int, _f32p]),
     "tf_silu_mul": (None, [_f32p, _f32p, _f32p, C.c_int64]),
     "tf_dequant_row": (None, [C.POINTER(Weight), C.c_int, _f32p]),
+    "tf_bpe_table": (C.c_int, [C.c_void_p, C.c_void_p, C.c_void_p, C.c_int64, C.c_int, C.c_void_p, C.c_void_p]),
+    "tf_bpe_merge": (C.c_int64, [C.c_void_p, C.c_void_p, C.c_int, C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p]),
 }
 
 
