@@ -36,9 +36,10 @@ import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:          # imported where used: `tensorfold serve` builds this parser too
+    import httpx
 
 from .config import KV_CACHES
 
@@ -236,6 +237,8 @@ async def run_suite(urls: dict[str, str | None], cases: list[Case], preempt_case
                     seed: int) -> dict[str, Tally]:
     """urls: main (drafting by prompt lookup), chunk (another prefill chunk), preempt (few lanes),
     model (drafting with a draft model); None skips what needs it."""
+    import httpx
+
     tallies = {k: Tally() for k in COMPARISONS}
     timeout = httpx.Timeout(600.0)
     async with httpx.AsyncClient(base_url=urls["main"], timeout=timeout) as http:

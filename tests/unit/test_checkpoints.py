@@ -523,3 +523,22 @@ def test_real_default_model_tokenizer() -> None:
     )
     assert tok.vocab_size == 49152 and read_config(folder)["model_type"] == "llama"
 
+
+def test_ggml_types_number_and_size_as_the_gguf_package_does() -> None:
+    """Loading reads types from checkpoints/ggml_types.py, not the gguf package (which
+    imports sentencepiece, yaml and tqdm): the same names, numbers and block sizes."""
+    import gguf
+
+    from tensorfold.checkpoints.ggml_types import BLOCK_SIZES, GGMLType
+
+    for t in GGMLType:
+        assert gguf.GGMLQuantizationType(int(t)).name == t.name
+        assert gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(t))] == BLOCK_SIZES[t], t.name
+    assert set(BLOCK_SIZES) == set(GGMLType)
+
+
+def test_loading_a_gguf_does_not_import_the_gguf_package(default_model) -> None:
+    code = ("import sys; from tensorfold.native.runner import NativeRunner; NativeRunner(__import__('pathlib')"
+            ".Path(sys.argv[1]), threads=1); print('gguf' in sys.modules, 'sentencepiece' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(default_model)], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"], out.stderr[-2000:]

@@ -36,9 +36,10 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:          # imported where used: `tensorfold serve` builds this parser too
+    import httpx
 
 PARAGRAPHS = (
     "The lighthouse keeper wrote in his log every evening: the colour of the sea, the ships that "
@@ -347,6 +348,8 @@ def served(folder: Path, config: Any) -> Iterator[str]:
 
 
 def _client(url: str) -> httpx.AsyncClient:
+    import httpx
+
     return httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(900.0),
                              limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .errors import CheckpointError
+from .ggml_types import BLOCK_SIZES, GGMLType
 
 _MAGIC = b"GGUF"
 _STRING, _ARRAY = 8, 9
@@ -31,7 +32,7 @@ _SMALL = 64          # arrays up to this many elements are kept in the metadata;
 @dataclass(frozen=True, slots=True)
 class IndexedTensor:
     name: str
-    tensor_type: Any          # gguf.GGMLQuantizationType
+    tensor_type: GGMLType
     shape: tuple[int, ...]    # GGUF order (fastest-varying dimension first), as GGUFReader's
     data: np.ndarray          # a read-only view of the file
 
@@ -73,12 +74,11 @@ class _Cursor:
 
 def _item(ggml_type: Any, dims: tuple[int, ...]) -> tuple[Any, tuple[int, ...], int]:
     """(numpy dtype, numpy shape, bytes) of a tensor, as GGUFReader maps it."""
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
-
+    T = GGMLType
     plain = {T.F16: np.float16, T.F32: np.float32, T.F64: np.float64, T.I8: np.int8, T.I16: np.int16,
              T.I32: np.int32, T.I64: np.int64}
     n = int(np.prod(dims))
-    block, size = GGML_QUANT_SIZES[ggml_type]
+    block, size = BLOCK_SIZES[ggml_type]
     shape = tuple(reversed(dims))
     if ggml_type in plain:
         return plain[ggml_type], shape, n * size // block
@@ -87,8 +87,6 @@ def _item(ggml_type: Any, dims: tuple[int, ...]) -> tuple[Any, tuple[int, ...], 
 
 def read_index(path: str | Path) -> tuple[dict[str, Any], list[IndexedTensor]]:
     """(metadata: scalars, strings and arrays of up to 64 elements; the tensors in file order)."""
-    from gguf import GGMLQuantizationType
-
     data = np.memmap(path, dtype=np.uint8, mode="r")
     c = _Cursor(memoryview(data))
     try:
@@ -108,7 +106,7 @@ def read_index(path: str | Path) -> tuple[dict[str, Any], list[IndexedTensor]]:
         for _ in range(n_tensors):
             name = c.string()
             dims = tuple(c.scalar("<Q") for _ in range(c.scalar("<I")))
-            infos.append((name, GGMLQuantizationType(c.scalar("<I")), dims, c.scalar("<Q")))
+            infos.append((name, GGMLType(c.scalar("<I")), dims, c.scalar("<Q")))
         align = int(meta.get("general.alignment", 32))
         start = -(-c.pos // align) * align
         tensors = []

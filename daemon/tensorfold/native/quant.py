@@ -49,8 +49,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from gguf import GGMLQuantizationType as QT
-from gguf.constants import GGML_QUANT_SIZES
+
+from ..checkpoints.ggml_types import BLOCK_SIZES, GGMLType as QT
 
 FMT_Q4A, FMT_Q8, FMT_BF16, FMT_K4, FMT_K5, FMT_K6 = 1, 2, 3, 4, 5, 6
 K_FORMATS = (FMT_K4, FMT_K5, FMT_K6)
@@ -321,7 +321,7 @@ def pack_gguf(qtype, data: np.ndarray, n: int, k: int, into=None) -> Packed:
     handler = _GGUF_HANDLERS.get(qt)
     if handler is None:
         raise ValueError(f"GGML type {qt.name} is not supported; supported: {_SUPPORTED}")
-    bs, ts = GGML_QUANT_SIZES[qt]
+    bs, ts = BLOCK_SIZES[qt]
     if k <= 0 or k % 32 or k % bs:
         raise ValueError(f"k={k} is not a positive multiple of {max(bs, 32)} (needed for {qt.name})")
     raw = np.ascontiguousarray(data).view(np.uint8)
