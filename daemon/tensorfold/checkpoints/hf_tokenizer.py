@@ -21,7 +21,8 @@ from .files import GGUF_FILE
 log = logging.getLogger(__name__)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON file's object, or {} where it is missing, unreadable or not an object."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -35,7 +36,7 @@ def _declared_class_config(folder: Path, config: dict[str, Any]) -> dict[str, An
     it reads of the model's config then, so it does not build the model's config class (for
     Llama, that imports transformers' model loading, torch.distributed and sympy: 49 MiB and
     0.9 s on SmolLM2).  {} otherwise."""
-    declared = _read_json(folder / "tokenizer_config.json")
+    declared = read_json(folder / "tokenizer_config.json")
     if not isinstance(declared.get("tokenizer_class"), str) or "auto_map" in declared:
         return {}
     model_type = config.get("model_type")
@@ -63,7 +64,7 @@ def auto_tokenizer(folder: Path) -> Any:
     """transformers' AutoTokenizer on the folder (its model type from config.json)."""
     from transformers import AutoTokenizer
 
-    config = _read_json(folder / "config.json")
+    config = read_json(folder / "config.json")
     return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, **_declared_class_config(folder, config))
 
 
@@ -76,7 +77,7 @@ def record_resolved_class(folder: Path) -> Any:
     folder's tokenizer_config.json (one file replaced whole; a read-only folder keeps its own)."""
     hf = auto_tokenizer(folder)
     path = folder / "tokenizer_config.json"
-    cfg = {**_read_json(path), "tokenizer_class": type(hf).__name__}
+    cfg = {**read_json(path), "tokenizer_class": type(hf).__name__}
     scratch = path.with_name(f".{path.name}.{os.getpid()}")
     try:
         scratch.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -94,7 +95,7 @@ def _load(folder: Path) -> Any:
     configuration, and with it torch (220 MiB), which the CPU engine otherwise never imports."""
     if not ((folder / GGUF_FILE).is_symlink() or (folder / GGUF_FILE).is_file()):
         return auto_tokenizer(folder)
-    declared = _read_json(folder / "tokenizer_config.json").get("tokenizer_class")
+    declared = read_json(folder / "tokenizer_config.json").get("tokenizer_class")
     if declared == UNRESOLVED_CLASS or not isinstance(declared, str):
         return record_resolved_class(folder)
     import transformers

@@ -10,7 +10,6 @@ grammar host, the vision encoder).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Sequence
 from functools import cached_property
@@ -20,6 +19,7 @@ from typing import Any
 from .bpe import BytePairs
 from .chat_template import pick_template, render
 from .errors import CheckpointError, TemplateError
+from .hf_tokenizer import read_json
 from .tokenizer_spec import tokenizer_spec
 
 log = logging.getLogger(__name__)
@@ -40,14 +40,6 @@ def _ids(value: Any) -> set[int]:
 # Qwen2.5-Coder and CodeGemma, then StarCoder and its descendants.
 FIM_TOKENS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),
               ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"))
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _clean_up_spaces(text: str) -> str:
@@ -87,7 +79,7 @@ class Tokenizer:
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
-        config = _read_json(self.folder / "config.json")
+        config = read_json(self.folder / "config.json")
         spec = tokenizer_spec(self.folder)
         try:
             self.codec: BytePairs | RustPipeline = BytePairs.load(spec["tokenizer"]) or \
@@ -97,7 +89,7 @@ class Tokenizer:
         self.special_tokens: dict[str, str] = spec["special_tokens"]
         self.chat_template_source: str | dict[str, str] | None = spec["chat_template"]
         eos = _ids(spec["eos_token_id"])
-        eos |= _ids(_read_json(self.folder / "generation_config.json").get("eos_token_id"))
+        eos |= _ids(read_json(self.folder / "generation_config.json").get("eos_token_id"))
         eos |= _ids(config.get("eos_token_id"))
         self.eos_token_ids: frozenset[int] = frozenset(eos)
         bos = spec["bos_token_id"]
