@@ -67,14 +67,15 @@ class BytePairs:
     """Encode and decode with a byte-level BPE held in compact tables."""
 
     def __init__(self, pipeline: RustTokenizer, keys: np.ndarray, vals: np.ndarray, bits: int,
-                 blob: bytes, offsets: array, spelled: dict[int, str], special: frozenset[int]) -> None:
+                 blob: bytes, offsets: array, spelled: dict[int, str | None], special: frozenset[int]) -> None:
         from ..native import lib
 
         self._lib = lib.load()
         self._pipeline = pipeline
         self._keys, self._vals, self._bits = keys, vals, bits
         self._blob, self._offsets = blob, offsets
-        self._spelled = spelled           # added tokens' contents, and spellings not all bytes' characters
+        self._spelled = spelled           # added tokens' contents, spellings not all bytes' characters,
+                                          # and None for ids nothing spells
         self.special_ids = special        # what decode(skip_special_tokens=True) drops
 
     @classmethod
@@ -86,7 +87,7 @@ class BytePairs:
         if not _plain(pipeline):
             return None
         try:
-            lib.load()
+            native = lib.load()
         except lib.NativeMissing:
             return None
         model = pipeline["model"]
@@ -103,28 +104,30 @@ class BytePairs:
             return None                   # the library refuses such a file too
         bits = max(10, (len(pairs) * 3 // 2).bit_length())      # at most two thirds full
         keys, vals = np.empty(1 << bits, np.uint64), np.empty(1 << bits, np.uint64)
-        if lib.load().tf_bpe_table(left.ctypes.data, right.ctypes.data, merged.ctypes.data, len(pairs), bits,
+        if native.tf_bpe_table(left.ctypes.data, right.ctypes.data, merged.ctypes.data, len(pairs), bits,
                                    keys.ctypes.data, vals.ctypes.data):
             return None
-        size = max([*vocab.values(), *(t["id"] for t in pipeline.get("added_tokens", []))], default=-1) + 1
-        pieces: list[bytes] = [b""] * size
-        spelled: dict[int, str] = {}
-        for token, i in [*vocab.items(), *((t["content"], t["id"]) for t in pipeline.get("added_tokens", []))]:
+        added = pipeline.get("added_tokens", [])
+        size = max([*vocab.values(), *(t["id"] for t in added)], default=-1) + 1
+        pieces: list[bytes | None] = [None] * size        # None: an id nothing spells
+        spelled: dict[int, str | None] = {}
+        for token, i in vocab.items():
             pieces[i] = _token_bytes(token, chars)
             if not all(c in chars for c in token):
                 spelled[i] = token
-        for t in pipeline.get("added_tokens", []):
-            spelled[t["id"]] = t["content"]
-        special = frozenset(t["id"] for t in pipeline.get("added_tokens", []) if t.get("special"))
+        for t in added:
+            pieces[t["id"]], spelled[t["id"]] = _token_bytes(t["content"], chars), t["content"]
+        spelled.update((i, None) for i, p in enumerate(pieces) if p is None)
+        special = frozenset(t["id"] for t in added if t.get("special"))
         offsets = array("q", [0])
         for p in pieces:
-            offsets.append(offsets[-1] + len(p))
-        blob = b"".join(pieces)
+            offsets.append(offsets[-1] + len(p or b""))
+        blob = b"".join(p or b"" for p in pieces)
         del pieces, vocab
         # a byte the vocabulary lacks is dropped from its word, by both (the model has no unknown
         # token); added tokens keep their ids (an added token the model lacks would get a new one)
         kept = {c: model["vocab"][c] for c in chars if c in model["vocab"]}
-        model["vocab"] = {**kept, **{t["content"]: t["id"] for t in pipeline.get("added_tokens", [])}}
+        model["vocab"] = {**kept, **{t["content"]: t["id"] for t in added}}
         model["merges"] = []
         return cls(RustTokenizer.from_str(json.dumps(pipeline)), keys, vals, bits, blob, offsets, spelled, special)
 
@@ -157,7 +160,9 @@ class BytePairs:
         an added token's content."""
         if not 0 <= i < len(self):
             return None
-        return self._spelled.get(i) or self.token_bytes(i).decode("latin-1").translate(_BYTE_CHAR)
+        if i in self._spelled:
+            return self._spelled[i]
+        return self.token_bytes(i).decode("latin-1").translate(_BYTE_CHAR)
 
 
 def _token_bytes(token: str, chars: dict[str, int]) -> bytes:
