@@ -243,3 +243,33 @@ def test_the_server_side_tokenizer_never_imports_transformers(default_model):
             "t.convert_ids_to_tokens(ids); print('transformers' in sys.modules, type(t.codec).__name__)")
     out = subprocess.run([sys.executable, "-c", code, str(default_model)], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "BytePairs"], out.stderr[-2000:]
+
+
+def test_another_pipeline_runs_in_the_rust_library_as_transformers_runs_it(tmp_path):
+    """A SentencePiece-style BPE (Metaspace, byte fallback: Llama 2, Mistral) is not a
+    byte-level BPE: the Rust library serves it whole, and it agrees with transformers."""
+    from tokenizers import SentencePieceBPETokenizer
+    from transformers import AutoTokenizer
+
+    from tensorfold.checkpoints.tokenizer import RustPipeline, Tokenizer
+
+    trained = SentencePieceBPETokenizer()
+    trained.train_from_iterator([*SAMPLES, *_texts(3, 200)], vocab_size=400,
+                                special_tokens=["<unk>", "<s>", "</s>"])
+    folder = tmp_path / "spm"
+    folder.mkdir()
+    trained.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+        "chat_template": "{% for m in messages %}{{ bos_token }}[{{ m.role }}] {{ m.content }}{{ eos_token }}"
+                         "{% endfor %}"}))
+    ours, hf = Tokenizer(folder), AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    assert isinstance(ours.codec, RustPipeline)
+    for text in _texts(4, 100):
+        ids = hf.encode(text, add_special_tokens=False)
+        assert ours.encode(text) == ids, text
+        assert ours.decode(ids) == hf.decode(ids) and ours.convert_ids_to_tokens(ids) == hf.convert_ids_to_tokens(ids)
+    chat = [{"role": "user", "content": "héllo wörld"}]
+    assert ours.render_chat(chat) == hf.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    assert (ours.vocab_size, ours.bos_token_id, sorted(ours.eos_token_ids)) == (len(hf), hf.bos_token_id,
+                                                                             [hf.eos_token_id])
