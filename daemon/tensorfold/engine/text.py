@@ -88,14 +88,15 @@ def _skipped_special_ids(tokenizer: Any) -> frozenset[int]:
         pass
     ids: frozenset[int] = frozenset()
     special = getattr(tokenizer, "special_ids", None)          # tensorfold's Tokenizer
-    try:
-        added = tokenizer.added_tokens_decoder if special is None else None
-    except Exception:  # neither: rely on decode alone
-        added = None
     if isinstance(special, frozenset):
         ids = special
-    elif isinstance(added, dict):
-        ids = frozenset(int(i) for i, tok in added.items() if getattr(tok, "special", False))
+    else:                                                       # a Hugging Face one
+        try:
+            added = tokenizer.added_tokens_decoder
+        except Exception:  # neither: rely on decode alone
+            added = None
+        if isinstance(added, dict):
+            ids = frozenset(int(i) for i, tok in added.items() if getattr(tok, "special", False))
     try:
         _SKIPPED_IDS[tokenizer] = ids
     except TypeError:  # not weak-referenceable
