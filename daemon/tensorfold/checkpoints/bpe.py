@@ -30,7 +30,7 @@ from tokenizers import Tokenizer as RustTokenizer
 from tokenizers.pre_tokenizers import ByteLevel
 
 # The model settings a plain byte-level BPE has (other values change what merging does).
-PLAIN_BPE = {"dropout": None, "unk_token": None, "continuing_subword_prefix": (None, ""),
+PLAIN_BPE = {"dropout": (None,), "unk_token": (None,), "continuing_subword_prefix": (None, ""),
              "end_of_word_suffix": (None, ""), "fuse_unk": (None, False), "byte_fallback": (None, False),
              "ignore_merges": (None, False)}
 
@@ -39,10 +39,7 @@ def _plain(pipeline: dict[str, Any]) -> bool:
     model, decoder = pipeline.get("model") or {}, pipeline.get("decoder") or {}
     if model.get("type") != "BPE" or decoder.get("type") != "ByteLevel":
         return False
-    for key, allowed in PLAIN_BPE.items():
-        if model.get(key) not in (allowed if isinstance(allowed, tuple) else (allowed,)):
-            return False
-    return True
+    return all(model.get(key) in allowed for key, allowed in PLAIN_BPE.items())
 
 
 def _byte_chars() -> dict[str, int]:
@@ -92,8 +89,7 @@ class BytePairs:
             return None
         model = pipeline["model"]
         vocab: dict[str, int] = model["vocab"]
-        chars = _byte_chars()
-        if set(ByteLevel.alphabet()) != set(chars):
+        if set(ByteLevel.alphabet()) != set(_CHAR_BYTE):
             return None
         pairs = _merge_pairs(model["merges"])
         try:
@@ -105,18 +101,18 @@ class BytePairs:
         bits = max(10, (len(pairs) * 3 // 2).bit_length())      # at most two thirds full
         keys, vals = np.empty(1 << bits, np.uint64), np.empty(1 << bits, np.uint64)
         if native.tf_bpe_table(left.ctypes.data, right.ctypes.data, merged.ctypes.data, len(pairs), bits,
-                                   keys.ctypes.data, vals.ctypes.data):
+                               keys.ctypes.data, vals.ctypes.data):
             return None
         added = pipeline.get("added_tokens", [])
         size = max([*vocab.values(), *(t["id"] for t in added)], default=-1) + 1
         pieces: list[bytes | None] = [None] * size        # None: an id nothing spells
         spelled: dict[int, str | None] = {}
         for token, i in vocab.items():
-            pieces[i] = _token_bytes(token, chars)
-            if not all(c in chars for c in token):
+            pieces[i] = _token_bytes(token)
+            if not all(c in _CHAR_BYTE for c in token):
                 spelled[i] = token
         for t in added:
-            pieces[t["id"]], spelled[t["id"]] = _token_bytes(t["content"], chars), t["content"]
+            pieces[t["id"]], spelled[t["id"]] = _token_bytes(t["content"]), t["content"]
         spelled.update((i, None) for i, p in enumerate(pieces) if p is None)
         special = frozenset(t["id"] for t in added if t.get("special"))
         offsets = array("q", [0])
@@ -126,7 +122,7 @@ class BytePairs:
         del pieces, vocab
         # a byte the vocabulary lacks is dropped from its word, by both (the model has no unknown
         # token); added tokens keep their ids (an added token the model lacks would get a new one)
-        kept = {c: model["vocab"][c] for c in chars if c in model["vocab"]}
+        kept = {c: model["vocab"][c] for c in _CHAR_BYTE if c in model["vocab"]}
         model["vocab"] = {**kept, **{t["content"]: t["id"] for t in added}}
         model["merges"] = []
         return cls(RustTokenizer.from_str(json.dumps(pipeline)), keys, vals, bits, blob, offsets, spelled, special)
@@ -165,12 +161,13 @@ class BytePairs:
         return self.token_bytes(i).decode("latin-1").translate(_BYTE_CHAR)
 
 
-def _token_bytes(token: str, chars: dict[str, int]) -> bytes:
+def _token_bytes(token: str) -> bytes:
     """The ByteLevel decoder's bytes for one token."""
     try:
-        return bytes(chars[c] for c in token)
+        return bytes(_CHAR_BYTE[c] for c in token)
     except KeyError:
         return token.encode()
 
 
-_BYTE_CHAR = {b: c for c, b in _byte_chars().items()}        # a str.translate table: byte -> character
+_CHAR_BYTE = _byte_chars()
+_BYTE_CHAR = {b: c for c, b in _CHAR_BYTE.items()}        # a str.translate table: byte -> character

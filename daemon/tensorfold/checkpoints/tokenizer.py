@@ -42,6 +42,14 @@ FIM_TOKENS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),
               ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"))
 
 
+def end_token_ids(folder: Path, eos_token_id: Any) -> frozenset[int]:
+    """A model's end tokens: its tokenizer's, generation_config.json's and config.json's."""
+    ids = _ids(eos_token_id)
+    ids |= _ids(read_json(folder / "generation_config.json").get("eos_token_id"))
+    ids |= _ids(read_json(folder / "config.json").get("eos_token_id"))
+    return frozenset(ids)
+
+
 def _clean_up_spaces(text: str) -> str:
     """transformers' clean_up_tokenization (for a pipeline whose config asks for it)."""
     for old, new in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
@@ -79,7 +87,6 @@ class Tokenizer:
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
-        config = read_json(self.folder / "config.json")
         spec = tokenizer_spec(self.folder)
         try:
             self.codec: BytePairs | RustPipeline = BytePairs.load(spec["tokenizer"]) or \
@@ -88,10 +95,7 @@ class Tokenizer:
             raise CheckpointError(f"could not load the tokenizer from {self.folder}: {exc}") from exc
         self.special_tokens: dict[str, str] = spec["special_tokens"]
         self.chat_template_source: str | dict[str, str] | None = spec["chat_template"]
-        eos = _ids(spec["eos_token_id"])
-        eos |= _ids(read_json(self.folder / "generation_config.json").get("eos_token_id"))
-        eos |= _ids(config.get("eos_token_id"))
-        self.eos_token_ids: frozenset[int] = frozenset(eos)
+        self.eos_token_ids = end_token_ids(self.folder, spec["eos_token_id"])
         bos = spec["bos_token_id"]
         self.bos_token_id: int | None = int(bos) if isinstance(bos, int) else None
         self.vocab_size: int = int(spec["length"])

@@ -46,6 +46,7 @@ import sys
 import threading
 from collections import deque
 from concurrent.futures import Future
+from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
@@ -235,11 +236,14 @@ def main() -> None:
         folder, vocab_size, settings = read_message(inp)
     except EOFError:
         return
-    from ..checkpoints.tokenizer import Tokenizer
+    from ..checkpoints.hf_tokenizer import hf_tokenizer
+    from ..checkpoints.tokenizer import end_token_ids
     from .compile import GrammarCompiler
 
-    try:
-        compiler = GrammarCompiler(Tokenizer(folder), vocab_size=vocab_size, **settings)
+    try:        # xgrammar reads the transformers tokenizer; the server's own codec is not needed here
+        hf = hf_tokenizer(Path(folder))
+        stops = end_token_ids(Path(folder), hf.eos_token_id)
+        compiler = GrammarCompiler(hf, vocab_size=vocab_size, stop_token_ids=stops, **settings)
     except Exception as exc:
         send(failure(exc))
         os._exit(0)

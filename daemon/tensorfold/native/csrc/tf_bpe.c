@@ -83,10 +83,10 @@ static void queue_pair(const table *t, merge *heap, int64_t *size, const uint32_
     if (v != EMPTY) push(heap, size, (merge){(v & 0xFFFFFFFF00000000ull) | (uint64_t)a, (uint32_t)v});
 }
 
-/* Merges the word sym[0..m) in place; prev/next link the live symbols, dead ones have
- * next == -2.  Returns the number of symbols left. */
-static int64_t merge_word(const table *t, uint32_t *sym, int64_t *prev, int64_t *next, merge *heap, int64_t m) {
-    int64_t size = 0, left = m;
+/* Merges the word sym[0..m) in place; next links the live symbols from sym[0] (-1 after
+ * the last), dead ones have next == -2. */
+static void merge_word(const table *t, uint32_t *sym, int64_t *prev, int64_t *next, merge *heap, int64_t m) {
+    int64_t size = 0;
     for (int64_t i = 0; i < m; i++) {
         prev[i] = i - 1;
         next[i] = i + 1 < m ? i + 1 : -1;
@@ -102,11 +102,9 @@ static int64_t merge_word(const table *t, uint32_t *sym, int64_t *prev, int64_t 
         next[p] = next[r];
         next[r] = -2;
         if (next[p] >= 0) prev[next[p]] = p;
-        left--;
         if (prev[p] >= 0) queue_pair(t, heap, &size, sym, prev[p], p);
         if (next[p] >= 0) queue_pair(t, heap, &size, sym, p, next[p]);
     }
-    return left;
 }
 
 /* ids[0..n): a text's symbols (the vocabulary's one-byte tokens and added tokens);
