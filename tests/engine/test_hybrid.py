@@ -161,7 +161,7 @@ def test_gguf_in_llama_cpp_layout_matches_transformers(hybrid_model, default_mod
     from tests.tiny import write_hybrid_gguf
 
     path = write_hybrid_gguf(hybrid_model, tmp_path / "hybrid.gguf", gguf_file(default_model))
-    folder = convert_gguf(path, tmp_path / "converted", progress=False)
+    folder = convert_gguf(path, tmp_path / "converted")
     monkeypatch.setattr(quant, "DEFAULT_FLOAT_KIND", "bf16")
     r = NativeRunner(folder, threads=1)
     assert r.weights == "gguf" and r.model.struct.dn.tiled
@@ -251,7 +251,7 @@ def test_gguf_with_mmproj_takes_images_as_transformers_does(vision_model, defaul
     from tests.tiny import write_hybrid_gguf, write_mmproj
 
     text = write_hybrid_gguf(vision_model, tmp_path / "text.gguf", gguf_file(default_model))
-    folder = convert_gguf(text, tmp_path / "converted", progress=False)
+    folder = convert_gguf(text, tmp_path / "converted")
     for name in ("tokenizer.json", "tokenizer_config.json"):          # the vision tokens (the test GGUF
         (folder / name).write_bytes((vision_model / name).read_bytes())   # copies the default model's tokenizer)
     enc = VisionEncoder.from_mmproj(write_mmproj(vision_model, tmp_path / "mmproj.gguf"), Tokenizer(folder).hf)

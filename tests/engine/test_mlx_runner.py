@@ -300,7 +300,7 @@ def test_hybrid_refusals_on_mlx(hybrid_model, default_model, tmp_path):
 
     gguf = write_hybrid_gguf(hybrid_model, tmp_path / "hybrid.gguf", gguf_file(default_model))
     with pytest.raises(CheckpointError, match="torch engine"):
-        MLXRunner(convert_gguf(gguf, tmp_path / "converted", progress=False))
+        MLXRunner(convert_gguf(gguf, tmp_path / "converted"))
     odd = tmp_path / "odd"
     shutil.copytree(hybrid_model, odd)
     config = json.loads((odd / "config.json").read_text())

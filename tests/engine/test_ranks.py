@@ -42,7 +42,7 @@ def checkpoints(tmp_path_factory, default_model, hybrid_model):
             "qwen2": make_tiny_checkpoint(root / "qwen2", default_model, arch="Qwen2ForCausalLM", seed=3,
                                           heads=6, kv_heads=3, hidden=96),
             "qwen3": make_tiny_checkpoint(root / "qwen3", default_model, arch="Qwen3ForCausalLM", seed=4),
-            "hybrid": hybrid_model, "hybrid-gguf": convert_gguf(gguf, root / "hybrid-gguf", progress=False)}
+            "hybrid": hybrid_model, "hybrid-gguf": convert_gguf(gguf, root / "hybrid-gguf")}
 
 
 def test_split_plan():

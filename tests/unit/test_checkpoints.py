@@ -145,7 +145,7 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path,
     for arch in ("llama", "qwen2", "qwen3"):
         src = root / f"tiny-{arch}.gguf"
         expected = build_tiny_gguf(src, arch)
-        out[arch] = (gguf_convert.convert_gguf(src, root / f"hf-{arch}", progress=False), expected)
+        out[arch] = (gguf_convert.convert_gguf(src, root / f"hf-{arch}"), expected)
     return out
 
 
@@ -363,13 +363,13 @@ def test_resolve_gguf_converts_once(tmp_path: Path, cache: Path, monkeypatch: py
     # another model's files next to the GGUF must not leak into its tokenizer
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer"}))
     calls: list[Path] = []
-    real = gguf_convert.convert_gguf
+    real = gguf_convert.convert_gguf_apart
 
-    def counting(path: Path, out: Path, progress: bool = True) -> Path:
+    def counting(path: Path, out: Path, move: bool = False) -> Path:
         calls.append(Path(path))
-        return real(path, out, progress=False)
+        return real(path, out, move)
 
-    monkeypatch.setattr(gguf_convert, "convert_gguf", counting)
+    monkeypatch.setattr(gguf_convert, "convert_gguf_apart", counting)
     first = resolve_model(str(src))
     assert first.parent == cache and first.name.startswith("My_Model-") and is_complete(first)
     assert json.loads((first / MARKER).read_text())["kind"] == "gguf"
@@ -384,6 +384,33 @@ def test_resolve_gguf_converts_once(tmp_path: Path, cache: Path, monkeypatch: py
     assert not [p for p in cache.iterdir() if p.name.startswith(".partial")]
     listed = {m.name: m for m in list_cached()}
     assert listed[first.name].source == "gguf" and listed[first.name].size > 0
+
+
+def test_a_gguf_converts_in_a_child_process(tmp_path: Path, cache: Path) -> None:
+    """The conversion imports transformers and torch (about 330 MiB for a Qwen GGUF); a
+    server converting its model at start must not keep them."""
+    src = tmp_path / "tiny.gguf"
+    build_tiny_gguf(src, "qwen2", seed=4)
+    code = ("import sys; from tensorfold.checkpoints.resolve import resolve_model; resolve_model(sys.argv[1]); "
+            "print(*(m in sys.modules for m in ('transformers', 'torch', 'gguf')))")
+    out = subprocess.run([sys.executable, "-c", code, str(src)], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False", "False"]
+    assert len([p for p in cache.iterdir() if is_complete(p)]) == 1
+
+
+def test_a_gguf_the_child_cannot_read_is_the_childs_checkpoint_error(tmp_path: Path, cache: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\xff" * 64)
+    with pytest.raises(CheckpointError, match=r"^\S*bad.gguf is not a readable GGUF file: "):
+        resolve_model(str(bad))
+    assert not [p for p in cache.iterdir() if is_complete(p)]
+
+
+def test_a_child_failing_otherwise_gives_its_last_line(tmp_path: Path) -> None:
+    from tensorfold.checkpoints.child import run_module
+
+    with pytest.raises(CheckpointError, match=r"^could not frob: .*No module named"):
+        run_module("tensorfold.no_such_module", [], "could not frob", 60)
 
 
 def test_resolve_unknown_spec(cache: Path) -> None:

@@ -214,7 +214,7 @@ def test_the_spec_is_resolved_once_and_again_when_a_file_changes(default_model, 
     def no_child(*args, **kwargs):
         raise AssertionError("the cached spec should have been read")
 
-    monkeypatch.setattr(tokenizer_spec.subprocess, "run", no_child)
+    monkeypatch.setattr(tokenizer_spec, "run_module", no_child)
     again = Tokenizer(folder)
     assert again.encode("Hello there") == first.encode("Hello there")
     path = folder / "tokenizer_config.json"

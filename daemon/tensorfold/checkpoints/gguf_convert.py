@@ -30,10 +30,13 @@ from typing import Any
 
 import numpy as np
 
+from .child import child_main, run_module
 from .errors import CheckpointError
 from .files import GGUF_FILE
 
 log = logging.getLogger(__name__)
+MODULE = "tensorfold.checkpoints.gguf_convert"
+CONVERT_TIMEOUT = 900.0
 
 ARCHITECTURES: dict[str, str] = {
     "llama": "LlamaForCausalLM",
@@ -310,7 +313,16 @@ def dequantized_weights(gguf_path: str | Path) -> Iterator[tuple[str, np.ndarray
         yield name, _dequantize(data, qtype, name, shape)
 
 
-def convert_gguf(gguf_path: str | Path, out_dir: str | Path, progress: bool = True, move: bool = False) -> Path:
+def convert_gguf_apart(gguf_path: Path, out_dir: Path, move: bool = False) -> Path:
+    """`convert_gguf` in a child process: its tokenizer export imports transformers and
+    torch (about 330 MiB that a server converting its model at start kept all day)."""
+    log.info("converting %s into %s", gguf_path.name, out_dir)
+    run_module(MODULE, [str(gguf_path), str(out_dir), *(["--move"] if move else [])],
+               f"could not convert {gguf_path}", CONVERT_TIMEOUT)
+    return out_dir
+
+
+def convert_gguf(gguf_path: str | Path, out_dir: str | Path, move: bool = False) -> Path:
     """Write a Hugging Face style folder for ``gguf_path`` into ``out_dir`` and return it.
 
     ``model.gguf`` in it links to ``gguf_path`` (or is the file itself, moved
@@ -352,3 +364,7 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, progress: bool = Tr
     else:
         os.symlink(gguf_path.resolve(), target)
     return out_dir
+
+
+if __name__ == "__main__":
+    child_main(lambda argv: str(convert_gguf(argv[0], argv[1], move="--move" in argv[2:])))

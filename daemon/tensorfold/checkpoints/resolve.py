@@ -71,16 +71,16 @@ def gguf_cache_name(gguf_path: Path) -> str:
     return f"{stem}-{key}"
 
 
-def convert_gguf_cached(gguf_path: Path, progress: bool = True) -> Path:
+def convert_gguf_cached(gguf_path: Path) -> Path:
     """Convert ``gguf_path`` into the model cache once; return the folder."""
-    from .gguf_convert import convert_gguf
+    from .gguf_convert import convert_gguf_apart
 
     dest = model_cache_dir() / gguf_cache_name(gguf_path)
     if is_complete(dest):
         return dest
     stat = gguf_path.stat()
     info = {"kind": "gguf", "source": str(gguf_path.resolve()), "gguf_size": stat.st_size}
-    return build_atomically(dest, lambda work: convert_gguf(gguf_path, work, progress), info)
+    return build_atomically(dest, lambda work: convert_gguf_apart(gguf_path, work), info)
 
 
 def _is_gguf(path: Path) -> bool:
@@ -150,7 +150,7 @@ def resolve_model(spec: str | None, progress: bool = True) -> Path:
         raise CheckpointError(f"folder {path} has no config.json, so it is not a model folder{hint}")
     if path.is_file():
         if _is_gguf(path):
-            return convert_gguf_cached(path, progress)
+            return convert_gguf_cached(path)
         raise CheckpointError(f"{path} is a file but not a GGUF file; pass a model folder, a .gguf file or a repo id")
     cached = model_cache_dir(create=False) / text
     if "/" not in text and "\\" not in text and is_complete(cached):

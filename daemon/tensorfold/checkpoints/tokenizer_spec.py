@@ -16,13 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointError
+from .child import child_main, run_module
 from .paths import model_cache_dir
 
 FORMAT = 1
@@ -31,6 +29,7 @@ FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "
          "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model",
          "config.json")
 CHILD_TIMEOUT = 300.0
+MODULE = "tensorfold.checkpoints.tokenizer_spec"
 
 
 def spec_key(folder: Path) -> str:
@@ -61,15 +60,7 @@ def tokenizer_spec(folder: Path) -> dict[str, Any]:
         return json.loads(_cache_path(spec_key(folder)).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         pass
-    try:
-        out = subprocess.run([sys.executable, "-m", __name__, str(folder)], capture_output=True,
-                             timeout=CHILD_TIMEOUT, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise CheckpointError(f"could not load the tokenizer from {folder}: {exc}") from exc
-    if out.returncode != 0:
-        reason = out.stderr.decode(errors="replace").strip().splitlines()
-        raise CheckpointError(f"could not load the tokenizer from {folder}: {reason[-1] if reason else out.returncode}")
-    text = out.stdout.decode()
+    text = run_module(MODULE, [str(folder)], f"could not load the tokenizer from {folder}", CHILD_TIMEOUT)
     spec = json.loads(text)
     _store(_cache_path(spec_key(folder)), text)      # the child may have recorded the class in a file
     return spec
@@ -109,4 +100,4 @@ def resolve(folder: Path) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.stdout.write(json.dumps(resolve(Path(sys.argv[1])), ensure_ascii=False))
+    child_main(lambda argv: json.dumps(resolve(Path(argv[0])), ensure_ascii=False))
