@@ -347,6 +347,46 @@ def test_iter_safetensors_sharded(tmp_path: Path) -> None:
         safetensors_files(tmp_path / "nothing")
 
 
+def test_safetensors_read_with_numpy_alone_are_torchs_values(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+    from tensorfold.checkpoints.files import iter_safetensors_f32
+
+    g = torch.Generator().manual_seed(0)
+    tensors = {"w.bf16": torch.randn(6, 64, generator=g).to(torch.bfloat16),
+               "w.f16": torch.randn(5, 32, generator=g).to(torch.float16) * 1e-3,
+               "n.f32": torch.randn(7, generator=g), "s.bf16": torch.tensor(-2.5, dtype=torch.bfloat16)}
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    got = dict(iter_safetensors_f32(tmp_path))
+    assert sorted(got) == sorted(tensors)
+    for name, t in tensors.items():
+        want = t.to(torch.float32).numpy()
+        assert got[name].dtype == np.float32 and got[name].shape == want.shape
+        assert got[name].tobytes() == want.tobytes(), name
+
+
+def test_safetensors_the_cpu_engine_cannot_read_are_checkpoint_errors(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+    from tensorfold.checkpoints.files import iter_safetensors_f32
+
+    save_file({"w": torch.ones(4, dtype=torch.int8)}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="w is I8; the CPU engine reads BF16, F16, F32"):
+        list(iter_safetensors_f32(tmp_path))
+    (tmp_path / "model.safetensors").write_bytes((10**6).to_bytes(8, "little") + b"{}")
+    with pytest.raises(CheckpointError, match="header runs past its end"):
+        list(iter_safetensors_f32(tmp_path))
+    header = json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 12]}}).encode()
+    (tmp_path / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + bytes(12))
+    with pytest.raises(CheckpointError, match="does not match its shape"):
+        list(iter_safetensors_f32(tmp_path))
+
+
+def test_the_cpu_engine_loads_safetensors_without_torch(tiny_model: Path) -> None:
+    code = ("import sys, pathlib; from tensorfold.native.runner import NativeRunner; "
+            "NativeRunner(pathlib.Path(sys.argv[1]), threads=1); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(tiny_model)], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-1] == "False"
+
+
 # -- resolve_model / list_cached ----------------------------------------------------------------
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 from .errors import CheckpointError
@@ -77,6 +79,45 @@ def iter_safetensors(folder: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
         with safe_open(str(path), framework="pt") as fh:
             for name in fh.keys():  # noqa: SIM118 (safe_open is not a dict)
                 yield name, fh.get_tensor(name)
+
+
+def iter_safetensors_f32(folder: str | Path) -> Iterator[tuple[str, np.ndarray]]:
+    """Yield ``(name, float32 array)`` for every tensor of the folder, read with numpy alone
+    (the CPU engine's load: safetensors' own reader needs torch for bf16, and torch kept
+    mapped costs a server hundreds of MiB)."""
+    import numpy as np
+
+    for path in safetensors_files(folder):
+        log.debug("reading %s", path)
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            header_len = int.from_bytes(fh.read(8), "little")
+            if size < 8 or header_len > size - 8:
+                raise CheckpointError(f"{path.name} is not a safetensors file (its header runs past its end)")
+            try:
+                header = json.loads(fh.read(header_len))
+            except ValueError as exc:
+                raise CheckpointError(f"{path.name} is not a safetensors file: {exc}") from exc
+            start = 8 + header_len
+            for name, info in header.items():
+                if name == "__metadata__":
+                    continue
+                dtype = _SAFETENSORS_DTYPES.get(info["dtype"])
+                if dtype is None:
+                    raise CheckpointError(f"{path.name}: {name} is {info['dtype']}; the CPU engine reads "
+                                          f"{', '.join(_SAFETENSORS_DTYPES)} safetensors weights")
+                begin, end = info["data_offsets"]
+                count = math.prod(info["shape"])
+                if end - begin != count * np.dtype(dtype).itemsize or start + end > size:
+                    raise CheckpointError(f"{path.name}: {name}'s data does not match its shape {info['shape']}")
+                fh.seek(start + begin)
+                raw = np.frombuffer(fh.read(end - begin), dtype)
+                if dtype == "<u2":                       # bfloat16: the upper half of a float32
+                    raw = (raw.astype(np.uint32) << 16).view(np.float32)
+                yield name, raw.astype(np.float32, copy=False).reshape(info["shape"])
+
+
+_SAFETENSORS_DTYPES = {"BF16": "<u2", "F16": "<f2", "F32": "<f4"}
 
 
 def gguf_file(folder: str | Path) -> Path | None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..backends.model_args import ModelArgs, inverse_frequencies
 from ..checkpoints.errors import CheckpointError
-from ..checkpoints.files import gguf_file, iter_safetensors
+from ..checkpoints.files import gguf_file, iter_safetensors_f32
 from ..checkpoints.qwen35 import ATTENTION, DELTANET, HybridArgs, hf_weights, split_q_gate
 from ..config import KV_CACHES
 from . import lib, quant
@@ -68,10 +68,8 @@ def _load_gguf(path: Path, args: ModelArgs, hybrid: HybridArgs | None, whole: bo
 
 def _load_safetensors(folder: Path, kind: str, args: ModelArgs, hybrid: HybridArgs | None
                       ) -> dict[str, quant.Packed | np.ndarray]:
-    import torch                        # safetensors' bf16 reads through torch (a GGUF needs none)
-
     out: dict[str, quant.Packed | np.ndarray] = {}
-    tensors = ((name, tensor.to(torch.float32).numpy()) for name, tensor in iter_safetensors(folder))
+    tensors = iter_safetensors_f32(folder)
     if hybrid is not None:
         tensors = hf_weights(tensors, args.heads, args.head_dim)
     for name, array in tensors:
