@@ -111,7 +111,7 @@ def iter_safetensors_f32(folder: str | Path) -> Iterator[tuple[str, np.ndarray]]
                 if end - begin != count * np.dtype(dtype).itemsize or start + end > size:
                     raise CheckpointError(f"{path.name}: {name}'s data does not match its shape {info['shape']}")
                 fh.seek(start + begin)
-                raw = np.frombuffer(fh.read(end - begin), dtype)
+                raw = np.fromfile(fh, dtype, count)      # writable, as torch's arrays were
                 if dtype == "<u2":                       # bfloat16: the upper half of a float32
                     raw = (raw.astype(np.uint32) << 16).view(np.float32)
                 yield name, raw.astype(np.float32, copy=False).reshape(info["shape"])
