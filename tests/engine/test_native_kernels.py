@@ -601,6 +601,27 @@ def assert_batched_both_orders(r, tokens, other, segs, whole, other_alone, poiso
         assert_same(theirs, other_alone, f"the other sequence (first={first})")
 
 
+
+def kv_ahead_in_a_process(value: str | None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TENSORFOLD_KV_AHEAD"}
+    if value is not None:
+        env["TENSORFOLD_KV_AHEAD"] = value
+    code = "from tensorfold.native import lib; l = lib.load(); print(l.tf_kv_ahead())"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_kv_read_ahead_defaults_to_amd_cpus_and_the_environment_overrides_it():
+    """The next layer's KV is read ahead by default where it was measured to help (AMD), not
+    elsewhere (an Intel Ice Lake: slower); TENSORFOLD_KV_AHEAD=1 or 0 says otherwise."""
+    vendor = re.search(r"^vendor_id\s*:\s*(\S+)", open("/proc/cpuinfo").read(), re.M) if sys.platform == "linux" else None
+    want = "1" if vendor and vendor.group(1) == "AuthenticAMD" else "0"
+    assert L.tf_kv_ahead_default() == int(want)
+    assert kv_ahead_in_a_process(None).stdout.split() == [want]
+    for value in ("0", "1"):
+        assert kv_ahead_in_a_process(value).stdout.split() == [value]
+    bad = kv_ahead_in_a_process("yes")
+    assert bad.returncode != 0 and "TENSORFOLD_KV_AHEAD=yes" in bad.stderr
+
 CASES = [("llama", "q8_0", "fp16"), ("qwen3", "q8_0", "fp16"), ("llama", "q4_0", "fp16"), ("qwen3", "bf16", "fp16"),
          ("gqa", "q8_0", "fp16"), ("qwen3", "q8_0", "int8"), ("gqa", "q8_0", "int8")]
 
@@ -651,6 +672,12 @@ def test_forward_logits_identical_however_run(folders, arch, weights, kv):
         assert_batched_both_orders(r, tokens, other, [r.segment(A, 0, PROMPT), r.segment(O, 0, len(other))],
                                    whole, other_alone, lambda: poison_kv(r))
     r.model.struct.threads = 1
+    for on in (1, 0):                   # the next layer's KV read ahead or not (tf_ahead.h): only memory traffic
+        L.tf_set_kv_ahead(on)
+        assert L.tf_kv_ahead() == on
+        assert_same(prefill(r, tokens, A), whole, f"KV read ahead {on}")
+        assert_same(prefill(r, tokens, A, 7), whole, f"KV read ahead {on}, chunks of 7")
+    L.tf_set_kv_ahead(-1)
     for isa in range(L.tf_best_isa() + 1):               # scalar, then AVX2 and AVX-512 where present
         if isa != 3:
             use_isa(isa)

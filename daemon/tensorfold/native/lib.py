@@ -80,6 +80,9 @@ _SIGNATURES = {
     "tf_best_isa": (C.c_int, []),
     "tf_set_isa": (C.c_int, [C.c_int]),
     "tf_set_soft_fp16": (None, [C.c_int]),
+    "tf_kv_ahead": (C.c_int, []),
+    "tf_kv_ahead_default": (C.c_int, []),
+    "tf_set_kv_ahead": (None, [C.c_int]),
     "tf_exp": (C.c_float, [C.c_float]),
     "tf_softmax_rows": (None, [_f32p, C.c_int, C.c_int, C.c_int, _f32p]),
     "tf_token_masses": (None, [_f32p, C.c_int64, C.c_double, C.c_double, C.POINTER(C.c_int64)]),
@@ -111,6 +114,11 @@ def load() -> C.CDLL:
         if lib.tf_set_isa(want) < 0:
             raise NativeMissing(f"TENSORFOLD_ISA={os.environ['TENSORFOLD_ISA']} is not available on this CPU "
                                 f"(best: {ISA_NAMES[lib.tf_best_isa()]})")
+    ahead = os.environ.get("TENSORFOLD_KV_AHEAD")
+    if ahead:
+        if ahead not in ("0", "1"):
+            raise ValueError(f"TENSORFOLD_KV_AHEAD={ahead}: use 1 (walk the next layer's KV ahead) or 0")
+        lib.tf_set_kv_ahead(int(ahead))
     return lib
 
 

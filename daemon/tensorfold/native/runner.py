@@ -51,9 +51,9 @@ class NativeRunner:
         self.vocab_size = self.args.vocab_size
         self.max_positions = self.args.max_positions
         self.weights = self.model.source
-        log.info("loaded %s (%s, %d layers) on the CPU: weights %s (%.1f MiB), kernels %s, %d threads",
+        log.info("loaded %s (%s, %d layers) on the CPU: weights %s (%.1f MiB), kernels %s, %d threads, KV read ahead %s",
                  folder.name, arch, self.args.layers, self.weights, self.model.weight_bytes / 2**20, lib.isa(),
-                 self.threads)
+                 self.threads, "on" if lib.load().tf_kv_ahead() else "off")
 
     def describe(self) -> str:
         kv = " kv int8" if self.model.kv_cache == "int8" else ""

@@ -27,6 +27,13 @@ typedef struct {
 extern tf_ahead tf_ahead_walk;
 extern const tf_span *tf_ahead_spans;
 
+/* Whether a forward walks the next layer's KV at all (tf_model.c): by default on AMD
+ * CPUs only, where it was measured to help, and off elsewhere (tf_ahead.c);
+ * tf_set_kv_ahead(-1) restores that default.  Either way the same bits. */
+int tf_kv_ahead(void);
+int tf_kv_ahead_default(void);
+void tf_set_kv_ahead(int on);
+
 /* spans[0..n), spread over about `steps` tile steps; tf_ahead_clear ends the walk. */
 void tf_ahead_plan(const tf_span *spans, int n, int64_t steps);
 void tf_ahead_clear(void);

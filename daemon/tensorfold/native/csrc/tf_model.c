@@ -397,7 +397,8 @@ static void layer_widths(const tf_model *m, int *lin, int *mixed) {
  * alternations: the 1.5B 98.3-103.1 ms (mean 100.1) -> 96.4-103.0 (98.6), the 0.5B
  * 34.3-35.4 (34.9) -> 32.9-34.6 (33.9) (an earlier session had measured the 1.5B slower
  * with it, 95.6-96.7 -> 97.5-97.8, on three alternations).  On two threads (each core's
- * own reads in flight) it slowed SmolLM2's step: 8.86-9.29 -> 9.17-9.65. */
+ * own reads in flight) it slowed SmolLM2's step: 8.86-9.29 -> 9.17-9.65.  On an Intel
+ * Ice Lake core it slowed every 8-row step: off there (tf_kv_ahead, tf_ahead.c). */
 enum { KV_AHEAD_ROWS = 4 };
 static int64_t tile_steps(const tf_weight *w) {
     if (w->fmt == TF_K4 || w->fmt == TF_K5 || w->fmt == TF_K6) return (int64_t)(w->n / 8) * (w->k / 256);
@@ -446,7 +447,7 @@ int tf_forward(const tf_model *m, const int32_t *tokens, int rows, const int32_t
     f.act = malloc(sizeof(float) * R * FW);
     tf_span *spans = NULL;                        /* plan_kv_ahead's, where a tile walks them */
 #ifdef TF_X86                                     /* only the x86 tiles walk them (tf_ahead.h) */
-    if (rows >= KV_AHEAD_ROWS && f.threads == 1) {
+    if (rows >= KV_AHEAD_ROWS && f.threads == 1 && tf_kv_ahead()) {
         int64_t n = 0;
         for (int r = 0; r < rows; r++) n += 2 * (pos[r] / m->block_size + 1);
         spans = malloc(sizeof(tf_span) * (size_t)n);
