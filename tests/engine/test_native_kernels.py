@@ -601,7 +601,6 @@ def assert_batched_both_orders(r, tokens, other, segs, whole, other_alone, poiso
         assert_same(theirs, other_alone, f"the other sequence (first={first})")
 
 
-
 def kv_ahead_in_a_process(value: str | None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "TENSORFOLD_KV_AHEAD"}
     if value is not None:
@@ -621,6 +620,7 @@ def test_kv_read_ahead_defaults_to_amd_cpus_and_the_environment_overrides_it():
         assert kv_ahead_in_a_process(value).stdout.split() == [value]
     bad = kv_ahead_in_a_process("yes")
     assert bad.returncode != 0 and "TENSORFOLD_KV_AHEAD=yes" in bad.stderr
+
 
 CASES = [("llama", "q8_0", "fp16"), ("qwen3", "q8_0", "fp16"), ("llama", "q4_0", "fp16"), ("qwen3", "bf16", "fp16"),
          ("gqa", "q8_0", "fp16"), ("qwen3", "q8_0", "int8"), ("gqa", "q8_0", "int8")]

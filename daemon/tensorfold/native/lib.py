@@ -117,7 +117,7 @@ def load() -> C.CDLL:
     ahead = os.environ.get("TENSORFOLD_KV_AHEAD")
     if ahead:
         if ahead not in ("0", "1"):
-            raise ValueError(f"TENSORFOLD_KV_AHEAD={ahead}: use 1 (walk the next layer's KV ahead) or 0")
+            raise NativeMissing(f"TENSORFOLD_KV_AHEAD={ahead}: use 1 (walk the next layer's KV ahead) or 0")
         lib.tf_set_kv_ahead(int(ahead))
     return lib
 
