@@ -49,6 +49,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                         "(default: prompt lookup, no extra model)")
     p.add_argument("--kv-memory", type=float, default=None,
                    help="GiB for the KV cache (default: available memory less a reserve)")
+    p.add_argument("--cache-idle", type=float, default=300.0, metavar="SECONDS",
+                   help="CPU engine: after this long without requests the prefix cache is forgotten and its "
+                        "memory goes back to the system (default 300; 0: as soon as the engine is idle)")
     p.add_argument("--chat-template", default=None, metavar="FILE",
                    help="a Jinja chat template file that replaces the checkpoint's own")
     p.add_argument("--vision", action="store_true",
@@ -61,14 +64,15 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     parallel = 0 if args.parallel == "auto" else int(args.parallel)
-    if parallel < 0 or not 0 <= args.decode_share <= 1 or args.prefill_chunk < 1 or args.background_chunk < 1:
+    if parallel < 0 or not 0 <= args.decode_share <= 1 or args.prefill_chunk < 1 or args.background_chunk < 1 \
+            or not 0 <= args.cache_idle < float("inf"):
         raise SystemExit("tensorfold: --parallel must be auto or N >= 1, --decode-share within 0..1, "
-                         "chunks >= 1")
+                         "chunks >= 1, --cache-idle a number of seconds >= 0")
     return EngineConfig(model=args.model, engine=args.engine, dtype=args.dtype, device=args.device, weights=args.weights,
                         kv_cache=args.kv_cache, context=args.context,
                         threads=args.threads, ranks=args.ranks, parallel=parallel, prefill_chunk=args.prefill_chunk,
                         background_chunk=args.background_chunk, decode_share=args.decode_share,
-                        kv_memory=args.kv_memory, draft_model=args.draft_model,
+                        kv_memory=args.kv_memory, cache_idle=args.cache_idle, draft_model=args.draft_model,
                         chat_template=_read_template(args.chat_template), vision=getattr(args, "vision", False),
                         mmproj=getattr(args, "mmproj", None))
 

@@ -32,6 +32,7 @@ class EngineConfig:
     decode_share: float = 0.25          # decode time between prefill chunks, as a share of a chunk's
     block_size: int = 32                # positions per KV block
     kv_memory: float | None = None      # GiB for the KV pool; None: from the memory available
+    cache_idle: float = 300.0           # CPU: seconds without requests, then the prefix cache's memory goes
     draft_model: str | None = None      # a smaller model with the same tokenizer drafts; None: prompt lookup
     chat_template: str | None = None    # Jinja text replacing the checkpoint's chat template
     vision: bool = False                # load the checkpoint's vision tower: image parts are taken

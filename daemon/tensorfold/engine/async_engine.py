@@ -122,7 +122,9 @@ class AsyncEngine:
         self.core = Engine(self.runner, self.tokenizer, EngineLimits(
             lanes=lanes, num_blocks=plan.num_blocks, block_size=plan.block_size,
             prefill_chunk=config.prefill_chunk, background_chunk=config.background_chunk,
-            decode_share=config.decode_share, snapshots=snapshots or lanes), drafter=self.drafter)
+            decode_share=config.decode_share, snapshots=snapshots or lanes,
+            cache_idle=config.cache_idle if getattr(self.runner, "trims_kv", False) else None),
+            drafter=self.drafter)
         # Everything loaded so far lives as long as the server: keep it out of the
         # collector's walks, which otherwise cost a decode round ~10% of its time.
         gc.collect()

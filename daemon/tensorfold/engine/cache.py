@@ -53,6 +53,11 @@ class BlockCache:
         return len(self._free) + len(self._idle)
 
     @property
+    def idle_blocks(self) -> int:
+        """Cached blocks that no sequence uses."""
+        return len(self._idle)
+
+    @property
     def used(self) -> int:
         return self.num_blocks - self.available
 
@@ -141,7 +146,8 @@ class BlockCache:
         self._refs[b] += 1
 
     def clear_idle(self) -> None:
-        """Forget every unused cached block (tests use this for a cold cache)."""
+        """Forget every unused cached block (after --cache-idle seconds without requests; the
+        benchmarks and tests use it for a cold cache)."""
         while self._idle:
             b, _ = self._idle.popitem(last=False)
             self._forget(b)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..backends import thread_mode
+from ..backends.host import release_freed_memory
 from .cache import BlockCache
 from .constraints import apply as apply_constraints
 from .constraints import ask_ahead, cut_drafts, for_shards
@@ -33,6 +34,7 @@ class Backend(Protocol):
 
     def allocate_kv(self, num_blocks: int, block_size: int) -> None: ...
     def trim_kv(self, blocks: list[int]) -> None: ...          # unused blocks: their memory may go
+    # trims_kv (optional, default False): trim_kv returns memory to the system
     def segment(self, blocks: list[int], start: int, rows: int) -> Any: ...
     def forward(self, tokens: list[int], segments: list[Any], out_rows: list[int]) -> Any: ...
     # fp32 logits [len(out_rows), vocab]: a numpy array, or a torch tensor on the CPU
@@ -51,6 +53,7 @@ class EngineLimits:
     decode_share: float = 0.25
     max_draft: int = 12              # longest draft one round verifies
     snapshots: int = 8               # a hybrid's prefix-cache state snapshots (engine/states.py)
+    cache_idle: float | None = None  # seconds idle, then the prefix cache is forgotten; None: kept
 
 
 class Engine:
@@ -125,7 +128,9 @@ class Engine:
             self.backend.trim_kv(self.cache.take_trimmable())
             if self.states is not None:
                 self.backend.trim_state(self.states.take_trimmable())
-        self._take_inbox(block=self.scheduler.idle)
+        if not self._take_inbox(block=self.scheduler.idle):
+            self._forget_cache()
+            return                   # the next step, idle, returns the forgotten blocks' pages
         for seq in self.scheduler.drop_aborted():
             self._release(seq)
         self._admit()
@@ -134,9 +139,15 @@ class Engine:
         if plan.prefill is not None or plan.decode:
             self._round(plan)
 
-    def _take_inbox(self, block: bool) -> None:
+    def _take_inbox(self, block: bool) -> bool:
+        """Take what came in, waiting for something when `block`; False when an idle engine
+        with a prefix cache waited out `cache_idle` seconds for nothing."""
+        idle = self.limits.cache_idle if block and self.cache.idle_blocks else None
         try:
-            item = self._inbox.get(block=block)
+            item = self._inbox.get(block=block, timeout=idle)
+        except queue.Empty:
+            return not block
+        try:
             while True:
                 if isinstance(item, Sequence) and self._refusal is not None:
                     self._fail(item, self._refusal)
@@ -147,7 +158,16 @@ class Engine:
                     item()
                 item = self._inbox.get_nowait()
         except queue.Empty:
-            pass
+            return True
+
+    def _forget_cache(self) -> None:
+        """No request for `cache_idle` seconds: forget the cached prefix blocks (the next step
+        returns their pages, as it does a finished reply's) and the allocator's free memory."""
+        blocks = self.cache.idle_blocks
+        self.cache.clear_idle()
+        release_freed_memory()
+        log.info("prefix cache: %d idle blocks forgotten after %g s without requests", blocks,
+                 self.limits.cache_idle)
 
     def _admit(self) -> None:
         s = self.scheduler

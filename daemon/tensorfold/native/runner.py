@@ -28,6 +28,7 @@ ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "
 class NativeRunner:
     device = "cpu"
     dtype = "float32"                # the arithmetic; weights per `weights`, KV per `kv_cache`
+    trims_kv = True                  # trim_kv returns the blocks' memory to the system
 
     def __init__(self, folder: Path, weights: str = "auto", threads: int | None = None, rank: int = 0,
                  ranks: int = 1, kv_cache: str = "fp16") -> None:

@@ -35,6 +35,7 @@ T = TypeVar("T")
 class Leader:
     draws_on_ranks = True             # forward(..., draws): the keyed draw made across the ranks
     dtype = "float32"
+    trims_kv = True                  # trim_kv returns the blocks' memory to the system
     device = "cpu"
 
     def __init__(self, runner: NativeRunner, group: RankGroup, followers: list[subprocess.Popen]) -> None:
