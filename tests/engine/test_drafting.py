@@ -173,3 +173,22 @@ def test_penalties_and_bias_drafted_equal_serial(engine):
     plain = [run(engine, make_request(r.prompt, rid=f"q{i}", max_tokens=48, ignore_eos=True, sampling=r.sampling,
                                       draft=False)).tokens for i, r in enumerate(reqs(False))]
     assert plain != serial                      # the rule changed the replies
+
+
+def test_idle_engine_gives_back_the_draft_models_kv(tiny_model):
+    """Once nothing runs, the blocks the draft model wrote for finished replies go back to
+    the system, as the target's do."""
+    import time
+
+    with engine_on(tiny_model, draft_model=str(tiny_model)) as e:
+        drafter = e.core.drafter
+        trimmed: list[int] = []
+        trim = drafter.backend.trim_kv
+        drafter.backend.trim_kv = lambda blocks: (trimmed.extend(blocks), trim(blocks))
+        reply = run(e, make_request(chat_prompt(e, TEXTS[2]), max_tokens=48, ignore_eos=True))
+        assert reply.finish.stats.drafted > 0
+        deadline = time.monotonic() + 5
+        while not trimmed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert trimmed, "the idle engine kept the draft model's blocks"
+        assert set(trimmed) <= set(drafter.cache._free)

@@ -128,6 +128,7 @@ class Engine:
             self.backend.trim_kv(self.cache.take_trimmable())
             if self.states is not None:
                 self.backend.trim_state(self.states.take_trimmable())
+            self.drafter.idle()
         if not self._take_inbox(block=self.scheduler.idle):
             self._forget_cache()
             return                   # the next step, idle, returns the forgotten blocks' pages

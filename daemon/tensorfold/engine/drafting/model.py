@@ -69,6 +69,13 @@ class DraftModelDrafter:
         if state is not None and self.states is not None:
             self.states.give([state.base, *state.tail])
 
+    def idle(self) -> None:
+        """Nothing runs: the pages of the blocks and state slots finished sequences wrote
+        go back to the system."""
+        self.backend.trim_kv(self.cache.take_trimmable())
+        if self.states is not None:
+            self.backend.trim_state(self.states.take_trimmable())
+
     def accepted(self, seq_id: str, tokens: Sequence[int]) -> None:
         pass                       # reconciled lazily on the next proposal
 

@@ -58,3 +58,6 @@ class NgramDrafter:
 
     def finish(self, seq_id: str) -> None:
         self._seqs.pop(seq_id, None)
+
+    def idle(self) -> None:
+        pass                       # holds nothing once its sequences finish
