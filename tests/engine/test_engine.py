@@ -152,8 +152,9 @@ def _rss_bytes() -> int:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads RSS from /proc")
 def test_idle_engine_forgets_its_prefix_cache_after_cache_idle_seconds(default_model):
-    """After `cache_idle` seconds without requests the cached prefix goes as well: its KV
-    pages go back to the system, and the same request then runs cold to the same reply."""
+    """After `cache_idle` seconds without requests (other wakes of the engine thread do not
+    count) the cached prefix goes as well: its KV pages go back to the system, and the same
+    request then runs cold to the same reply."""
     from tensorfold.bench.decode import bench_prompt
 
     client = AsyncEngine(default_model, EngineConfig(threads=1, cache_idle=0.5))
@@ -167,6 +168,7 @@ def test_idle_engine_forgets_its_prefix_cache_after_cache_idle_seconds(default_m
         cache = client.core.cache
         deadline = time.monotonic() + 30
         while cache.idle_blocks and time.monotonic() < deadline:
+            client.core.call(lambda: None)                # wakes that are not requests
             time.sleep(0.05)
         assert cache.idle_blocks == 0, "the idle engine kept its prefix cache"
         time.sleep(0.2)                                   # the trim follows the forgetting

@@ -76,6 +76,7 @@ class Engine:
         self._thread = threading.Thread(target=self._run, name="tensorfold-engine", daemon=True)
         self._stopping = False
         self._refusal: str | None = None    # set by end_all: every request fails with it
+        self._busy_at = time.monotonic()    # the last step with work: --cache-idle counts from it
 
     # -- called from other threads -------------------------------------------------
     def start(self) -> None:
@@ -124,7 +125,9 @@ class Engine:
         """Take what came in, then run a round if there is work.  A method of its own so that
         nothing of the last round (a finished reply's request and its rules: a grammar held in
         the grammar host) stays referenced while the loop waits for more."""
-        if self.scheduler.idle:
+        if not self.scheduler.idle:
+            self._busy_at = time.monotonic()
+        else:
             self.backend.trim_kv(self.cache.take_trimmable())
             if self.states is not None:
                 self.backend.trim_state(self.states.take_trimmable())
@@ -142,8 +145,10 @@ class Engine:
 
     def _take_inbox(self, block: bool) -> bool:
         """Take what came in, waiting for something when `block`; False when an idle engine
-        with a prefix cache waited out `cache_idle` seconds for nothing."""
-        idle = self.limits.cache_idle if block and self.cache.idle_blocks else None
+        with a prefix cache reached `cache_idle` seconds since its last work with nothing."""
+        idle = None
+        if block and self.cache.idle_blocks and self.limits.cache_idle is not None:
+            idle = max(0.0, self._busy_at + self.limits.cache_idle - time.monotonic())
         try:
             item = self._inbox.get(block=block, timeout=idle)
         except queue.Empty:
