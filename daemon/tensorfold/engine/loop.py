@@ -171,7 +171,7 @@ class Engine:
         returns their pages, as it does a finished reply's) and the allocator's free memory."""
         blocks = self.cache.idle_blocks
         self.cache.clear_idle()
-        release_freed_memory()
+        release_freed_memory(this_thread=True)
         log.info("prefix cache: %d idle blocks forgotten after %g s without requests", blocks,
                  self.limits.cache_idle)
 
