@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 ROOT = 0  # the content id before the first block
 
@@ -179,3 +180,11 @@ class BlockCache:
                 self.on_drop(self._snaps.pop(cid))
                 return True
         return False
+
+
+def give_back_unused(backend: Any, cache: BlockCache, states: Any = None) -> None:
+    """Nothing runs: the pages of the blocks (and a hybrid's state slots, from its
+    StatePool `states`) that finished sequences wrote go back to the system."""
+    backend.trim_kv(cache.take_trimmable())
+    if states is not None:
+        backend.trim_state(states.take_trimmable())

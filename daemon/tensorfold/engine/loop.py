@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from ..backends import thread_mode
 from ..backends.host import release_freed_memory
-from .cache import BlockCache
+from .cache import BlockCache, give_back_unused
 from .constraints import apply as apply_constraints
 from .constraints import ask_ahead, cut_drafts, for_shards
 from .constraints import replace as replace_token
@@ -128,9 +128,7 @@ class Engine:
         if not self.scheduler.idle:
             self._busy_at = time.monotonic()
         else:
-            self.backend.trim_kv(self.cache.take_trimmable())
-            if self.states is not None:
-                self.backend.trim_state(self.states.take_trimmable())
+            give_back_unused(self.backend, self.cache, self.states)
             self.drafter.idle()
         if not self._take_inbox(block=self.scheduler.idle):
             self._forget_cache()

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...backends import thread_mode
-from ..cache import BlockCache
+from ..cache import BlockCache, give_back_unused
 from ..sampler import sample
 from ..states import FRESH, SCRATCH_PER_LANE, StatePool, state_bytes
 from ..types import SamplingParams
@@ -70,11 +70,7 @@ class DraftModelDrafter:
             self.states.give([state.base, *state.tail])
 
     def idle(self) -> None:
-        """Nothing runs: the pages of the blocks and state slots finished sequences wrote
-        go back to the system."""
-        self.backend.trim_kv(self.cache.take_trimmable())
-        if self.states is not None:
-            self.backend.trim_state(self.states.take_trimmable())
+        give_back_unused(self.backend, self.cache, self.states)
 
     def accepted(self, seq_id: str, tokens: Sequence[int]) -> None:
         pass                       # reconciled lazily on the next proposal
