@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import torch
@@ -178,8 +179,6 @@ def test_penalties_and_bias_drafted_equal_serial(engine):
 def test_idle_engine_gives_back_the_draft_models_kv(tiny_model):
     """Once nothing runs, the blocks the draft model wrote for finished replies go back to
     the system, as the target's do."""
-    import time
-
     with engine_on(tiny_model, draft_model=str(tiny_model)) as e:
         drafter = e.core.drafter
         trimmed: list[int] = []

@@ -145,17 +145,12 @@ def test_idle_engine_gives_back_the_kv_of_finished_replies(tiny_model):
         client.stop()
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads RSS from /proc")
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads RSS from /proc")
 def test_idle_engine_forgets_its_prefix_cache_after_cache_idle_seconds(default_model):
     """After `cache_idle` seconds without requests (other wakes of the engine thread do not
     count) the cached prefix goes as well: its KV pages go back to the system, and the same
     request then runs cold to the same reply."""
-    from tensorfold.bench.decode import bench_prompt
+    from tensorfold.bench.decode import bench_prompt, rss_mib
 
     client = AsyncEngine(default_model, EngineConfig(threads=1, cache_idle=0.5))
     client.start()
@@ -164,7 +159,7 @@ def test_idle_engine_forgets_its_prefix_cache_after_cache_idle_seconds(default_m
         request = Request(id="warm", prompt=prompt, max_tokens=8, ignore_eos=True,
                           sampling=SamplingParams(temperature=0.0))
         _, first, fin = run(client, request)
-        resident = _rss_bytes()
+        resident = rss_mib()
         cache = client.core.cache
         deadline = time.monotonic() + 30
         while cache.idle_blocks and time.monotonic() < deadline:
@@ -173,7 +168,7 @@ def test_idle_engine_forgets_its_prefix_cache_after_cache_idle_seconds(default_m
         assert cache.idle_blocks == 0, "the idle engine kept its prefix cache"
         time.sleep(0.2)                                   # the trim follows the forgetting
         kv = len(prompt) * client.runner.kv_bytes_per_token()
-        assert resident - _rss_bytes() > kv / 2, "the forgotten blocks' memory stayed"
+        assert (resident - rss_mib()) * 2**20 > kv / 2, "the forgotten blocks' memory stayed"
         _, again, fin2 = run(client, dataclasses.replace(request, id="cold"))
         assert fin.usage.cached_tokens == fin2.usage.cached_tokens == 0
         assert again == first
